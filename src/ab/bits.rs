@@ -1,0 +1,325 @@
+//! The bit comparison: our symbols and the stock library's on the same inputs, compared with `to_bits()`.
+//!
+//! A "subject" is one implementation of the exported symbols: the rlib's kernels at one instruction set, or
+//! the built `libggml_lowbit.so` loaded with libloading. Every case runs stock once and every subject on the
+//! same buffers. Results must be bit-identical; the one allowance is that two NaN floats count as equal (their
+//! count is reported). Output buffers carry a sentinel past the last whole block, compared too, so writing past
+//! what stock writes is a mismatch.
+
+use std::ffi::c_void;
+
+use rand::Rng;
+
+use super::cases::{Gen, Unaligned, Q2_0_BYTES, Q8_0_BYTES};
+use crate::dispatch::{Isa, Kernels};
+use crate::formats::{blocks, blocks_mut};
+use crate::stock::{DequantizeRowFn, QuantizeRowFn, StockLib, VecDotFn};
+use crate::FloatOrder;
+
+pub const SYMBOLS: [&str; 3] = [
+    "ggml_vec_dot_q2_0_q8_0",
+    "quantize_row_q8_0",
+    "dequantize_row_q2_0",
+];
+
+/// C-ABI entry points of one implementation.
+#[derive(Clone, Copy)]
+pub struct CSymbols {
+    pub vec_dot_q2_0_q8_0: VecDotFn,
+    pub quantize_row_q8_0: QuantizeRowFn,
+    pub dequantize_row_q2_0: DequantizeRowFn,
+}
+
+impl CSymbols {
+    pub fn from_stock(stock: &StockLib) -> Result<CSymbols, String> {
+        Ok(CSymbols {
+            vec_dot_q2_0_q8_0: stock.vec_dot("ggml_vec_dot_q2_0_q8_0")?,
+            quantize_row_q8_0: stock.quantize_row("quantize_row_q8_0")?,
+            dequantize_row_q2_0: stock.dequantize_row("dequantize_row_q2_0")?,
+        })
+    }
+
+    /// Our exports from a loaded `libggml_lowbit.so`.
+    pub fn from_library(lib: &libloading::Library) -> Result<CSymbols, String> {
+        // SAFETY: the names are looked up with the signatures `ffi.rs` exports them with.
+        unsafe {
+            Ok(CSymbols {
+                vec_dot_q2_0_q8_0: *lib
+                    .get::<VecDotFn>(b"ggml_vec_dot_q2_0_q8_0\0")
+                    .map_err(|e| e.to_string())?,
+                quantize_row_q8_0: *lib
+                    .get::<QuantizeRowFn>(b"quantize_row_q8_0\0")
+                    .map_err(|e| e.to_string())?,
+                dequantize_row_q2_0: *lib
+                    .get::<DequantizeRowFn>(b"dequantize_row_q2_0\0")
+                    .map_err(|e| e.to_string())?,
+            })
+        }
+    }
+}
+
+/// One implementation under test.
+pub enum Subject {
+    /// The rlib's kernels for one (instruction set, float order).
+    Kernels(Kernels),
+    /// C symbols (the cdylib), which use whatever order they were configured for.
+    C { name: String, symbols: CSymbols },
+}
+
+impl Subject {
+    pub fn name(&self) -> String {
+        match self {
+            Subject::Kernels(k) => format!("rlib/{}", k.isa.name()),
+            Subject::C { name, .. } => name.clone(),
+        }
+    }
+
+    fn vec_dot(&self, n: i32, x: &[u8], y: &[u8], nrc: i32) -> f32 {
+        match self {
+            Subject::Kernels(k) => {
+                let nb = if n > 0 { n as usize / 64 } else { 0 };
+                k.vec_dot_q2_0_q8_0(
+                    blocks(&x[..nb * Q2_0_BYTES]),
+                    blocks(&y[..2 * nb * Q8_0_BYTES]),
+                )
+            }
+            Subject::C { symbols, .. } => call_vec_dot(symbols.vec_dot_q2_0_q8_0, n, x, y, nrc),
+        }
+    }
+
+    fn quantize(&self, x: &[f32], y: &mut [u8], k: i64) {
+        match self {
+            Subject::Kernels(kern) => {
+                let nb = (k.max(0) / 32) as usize;
+                kern.quantize_row_q8_0(&x[..nb * 32], blocks_mut(&mut y[..nb * Q8_0_BYTES]))
+            }
+            // SAFETY: `x` holds at least `k` floats and `y` room for `k/32` blocks (the case builder's sizes).
+            Subject::C { symbols, .. } => unsafe {
+                (symbols.quantize_row_q8_0)(x.as_ptr(), y.as_mut_ptr() as *mut c_void, k)
+            },
+        }
+    }
+
+    fn dequantize(&self, x: &[u8], y: &mut [f32], k: i64) {
+        match self {
+            Subject::Kernels(kern) => {
+                let nb = (k.max(0) / 64) as usize;
+                kern.dequantize_row_q2_0(blocks(&x[..nb * Q2_0_BYTES]), &mut y[..nb * 64])
+            }
+            // SAFETY: `x` holds `k/64` blocks and `y` room for `k` floats (the case builder's sizes).
+            Subject::C { symbols, .. } => unsafe {
+                (symbols.dequantize_row_q2_0)(x.as_ptr() as *const c_void, y.as_mut_ptr(), k)
+            },
+        }
+    }
+}
+
+fn call_vec_dot(f: VecDotFn, n: i32, x: &[u8], y: &[u8], nrc: i32) -> f32 {
+    let mut s = f32::from_bits(0x7fa5_a5a5);
+    // SAFETY: `x` and `y` hold the `n/64` and `n/32` blocks the symbol reads; `s` is a valid output.
+    unsafe {
+        f(
+            n,
+            &mut s,
+            1,
+            x.as_ptr() as *const c_void,
+            18,
+            y.as_ptr() as *const c_void,
+            34,
+            nrc,
+        )
+    };
+    s
+}
+
+/// The rlib subjects for every instruction set this CPU has, for one float order.
+pub fn rlib_subjects(order: FloatOrder) -> Vec<Subject> {
+    let best = crate::dispatch::detected_isa();
+    Isa::ALL
+        .into_iter()
+        .filter(|&i| i <= best)
+        .map(|i| Subject::Kernels(Kernels::new(i, order)))
+        .collect()
+}
+
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SymbolReport {
+    pub symbol: String,
+    pub build: String,
+    pub subject: String,
+    pub cases: u64,
+    pub mismatches: u64,
+    pub nan_pairs: u64,
+    pub first_mismatch: Option<String>,
+}
+
+impl SymbolReport {
+    fn record(&mut self, outcome: Outcome, describe: impl FnOnce() -> String) {
+        self.cases += 1;
+        match outcome {
+            Outcome::Equal => {}
+            Outcome::BothNan => self.nan_pairs += 1,
+            Outcome::Differ => {
+                self.mismatches += 1;
+                if self.first_mismatch.is_none() {
+                    self.first_mismatch = Some(describe());
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Equal,
+    BothNan,
+    Differ,
+}
+
+fn compare_f32(ours: &[f32], stock: &[f32]) -> (Outcome, usize) {
+    let mut outcome = Outcome::Equal;
+    for (i, (a, b)) in ours.iter().zip(stock).enumerate() {
+        if a.to_bits() == b.to_bits() {
+            continue;
+        }
+        if a.is_nan() && b.is_nan() {
+            outcome = Outcome::BothNan;
+        } else {
+            return (Outcome::Differ, i);
+        }
+    }
+    (outcome, 0)
+}
+
+/// Runs `cases` cases of every symbol against `stock` for each subject. `tick` is called once per case.
+pub fn run(
+    stock: &StockLib,
+    subjects: &[Subject],
+    cases: u64,
+    seed: u64,
+    mut tick: impl FnMut(),
+) -> Result<Vec<SymbolReport>, String> {
+    let st = CSymbols::from_stock(stock)?;
+    let build = stock.order.name().to_string();
+    let mut reports: Vec<SymbolReport> = SYMBOLS
+        .iter()
+        .flat_map(|sym| {
+            subjects.iter().map(|s| SymbolReport {
+                symbol: sym.to_string(),
+                build: build.clone(),
+                subject: s.name(),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let per_symbol = subjects.len();
+    let mut gen = Gen::new(seed);
+    for case in 0..cases {
+        gen.case = case;
+        // ggml_vec_dot_q2_0_q8_0
+        {
+            let nb = gen.row_blocks(64);
+            let tail = if gen.rng.gen_ratio(1, 8) {
+                gen.rng.gen_range(1..64)
+            } else {
+                0
+            };
+            let n = (nb * 64 + tail) as i32;
+            let nrc = if gen.rng.gen_ratio(1, 16) { 2 } else { 1 };
+            let mut x = Unaligned::new(nb * Q2_0_BYTES, gen.rng.gen_range(0..64));
+            let mut y = Unaligned::new(2 * nb * Q8_0_BYTES, gen.rng.gen_range(0..64));
+            gen.q2_0_row(nb, x.bytes_mut());
+            gen.q8_0_row(2 * nb, y.bytes_mut());
+            let want = call_vec_dot(st.vec_dot_q2_0_q8_0, n, x.bytes(), y.bytes(), nrc);
+            for (k, s) in subjects.iter().enumerate() {
+                let got = s.vec_dot(n, x.bytes(), y.bytes(), nrc);
+                let (o, _) = compare_f32(&[got], &[want]);
+                reports[k].record(o, || {
+                    format!(
+                        "case {case}: n={n}: ours {got:e} ({:#010x}) stock {want:e} ({:#010x})",
+                        got.to_bits(),
+                        want.to_bits()
+                    )
+                });
+            }
+        }
+        // quantize_row_q8_0
+        {
+            let nb = gen.row_blocks(32).min(160);
+            let tail = if gen.rng.gen_ratio(1, 8) {
+                gen.rng.gen_range(1..32)
+            } else {
+                0
+            };
+            let k = nb * 32 + tail;
+            let shift = gen.rng.gen_range(0..8);
+            let mut xs = vec![0f32; k + shift];
+            gen.activations(k, &mut xs[shift..]);
+            let x = &xs[shift..];
+            let out_len = (nb + 1) * Q8_0_BYTES;
+            let mut want = Unaligned::new(out_len, gen.rng.gen_range(0..64));
+            want.bytes_mut().fill(0xaa);
+            // SAFETY: `x` has `k` floats, `want` room for `k/32` blocks plus the sentinel block.
+            unsafe {
+                (st.quantize_row_q8_0)(
+                    x.as_ptr(),
+                    want.bytes_mut().as_mut_ptr() as *mut c_void,
+                    k as i64,
+                )
+            };
+            for (j, s) in subjects.iter().enumerate() {
+                let mut got = Unaligned::new(out_len, gen.rng.gen_range(0..64));
+                got.bytes_mut().fill(0xaa);
+                s.quantize(x, got.bytes_mut(), k as i64);
+                let o = if got.bytes() == want.bytes() {
+                    Outcome::Equal
+                } else {
+                    Outcome::Differ
+                };
+                reports[per_symbol + j].record(o, || {
+                    let at = got.bytes().iter().zip(want.bytes()).position(|(a, b)| a != b).unwrap_or(0);
+                    let blk = at / Q8_0_BYTES;
+                    format!(
+                        "case {case}: k={k}: first differing byte {at} (block {blk}); input block {:?}",
+                        &x[(blk * 32).min(k)..((blk + 1) * 32).min(k)]
+                    )
+                });
+            }
+        }
+        // dequantize_row_q2_0
+        {
+            let nb = gen.row_blocks(64).min(64);
+            let tail = if gen.rng.gen_ratio(1, 8) {
+                gen.rng.gen_range(1..64)
+            } else {
+                0
+            };
+            let k = nb * 64 + tail;
+            let mut x = Unaligned::new(nb * Q2_0_BYTES, gen.rng.gen_range(0..64));
+            gen.q2_0_row(nb, x.bytes_mut());
+            let sentinel = f32::from_bits(0x7fa5_a5a5);
+            let mut want = vec![sentinel; nb * 64 + 64];
+            // SAFETY: `x` has `k/64` blocks, `want` room for them plus a sentinel block.
+            unsafe {
+                (st.dequantize_row_q2_0)(
+                    x.bytes().as_ptr() as *const c_void,
+                    want.as_mut_ptr(),
+                    k as i64,
+                )
+            };
+            for (j, s) in subjects.iter().enumerate() {
+                let mut got = vec![sentinel; nb * 64 + 64];
+                s.dequantize(x.bytes(), &mut got, k as i64);
+                let (o, at) = compare_f32(&got, &want);
+                reports[2 * per_symbol + j].record(o, || {
+                    format!(
+                        "case {case}: k={k}: value {at}: ours {:e} stock {:e}",
+                        got[at], want[at]
+                    )
+                });
+            }
+        }
+        tick();
+    }
+    Ok(reports)
+}

@@ -1,0 +1,204 @@
+//! Random and adversarial inputs for the bit tests: every byte value in every position, code 3, q8 = −128, f16
+//! scales that are zero, subnormal, the largest, ±Inf and NaN, rows of one block up to 12288 columns, tails
+//! that are not whole blocks, and buffers at every alignment.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::formats::q2_0::QK2_0;
+use crate::formats::q8_0::QK8_0;
+
+pub const Q2_0_BYTES: usize = 18;
+pub const Q8_0_BYTES: usize = 34;
+
+/// A byte buffer whose payload starts `offset` bytes into its allocation, so kernels see every alignment.
+pub struct Unaligned {
+    storage: Vec<u8>,
+    offset: usize,
+    len: usize,
+}
+
+impl Unaligned {
+    pub fn new(len: usize, offset: usize) -> Unaligned {
+        Unaligned {
+            storage: vec![0; len + offset + 64],
+            offset,
+            len,
+        }
+    }
+    pub fn bytes(&self) -> &[u8] {
+        &self.storage[self.offset..self.offset + self.len]
+    }
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.offset..self.offset + self.len]
+    }
+}
+
+/// f16 scales worth trying: ordinary magnitudes, and the edges.
+pub const SPECIAL_F16: [u16; 14] = [
+    0x0000, 0x8000, // ±0
+    0x0001, 0x83ff, // smallest / largest-magnitude negative subnormal
+    0x0400, // smallest normal
+    0x7bff, 0xfbff, // ±65504
+    0x7c00, 0xfc00, // ±Inf
+    0x7e00, 0x7c01, 0xfe55, // NaNs (quiet, signalling, negative with payload)
+    0x3c00, 0xb800, // 1, -0.5
+];
+
+pub struct Gen {
+    pub rng: SmallRng,
+    pub case: u64,
+}
+
+impl Gen {
+    pub fn new(seed: u64) -> Gen {
+        Gen {
+            rng: SmallRng::seed_from_u64(seed),
+            case: 0,
+        }
+    }
+
+    /// A scale: mostly realistic (what quantizers write), sometimes an edge, sometimes any bit pattern.
+    pub fn f16_scale(&mut self, realistic: u16) -> u16 {
+        match self.rng.gen_range(0..20) {
+            0 => SPECIAL_F16[self.rng.gen_range(0..SPECIAL_F16.len())],
+            1 => self.rng.gen(),
+            _ => realistic,
+        }
+    }
+
+    fn realistic_weight_scale(&mut self) -> u16 {
+        // 0.002 .. 0.1, either sign rarely negative
+        let v: f32 =
+            self.rng.gen_range(0.002..0.1) * if self.rng.gen_ratio(1, 10) { -1.0 } else { 1.0 };
+        half::f16::from_f32(v).to_bits()
+    }
+
+    fn realistic_act_scale(&mut self) -> u16 {
+        let v: f32 = self.rng.gen_range(0.001..2.0);
+        half::f16::from_f32(v).to_bits()
+    }
+
+    /// Block count for a row: mostly small (every tail of a 4- or 8-block batch), sometimes the model widths.
+    pub fn row_blocks(&mut self, qk: usize) -> usize {
+        match self.rng.gen_range(0..10) {
+            0 => [1024, 4096, 12288][self.rng.gen_range(0..3)] / qk,
+            1 => self.rng.gen_range(1..=12288 / qk),
+            _ => self.rng.gen_range(1..=24),
+        }
+    }
+
+    /// Q2_0 weight bytes for `nb` blocks. The code bytes cycle through every value in every position as
+    /// cases advance; other cases are random, ternary-only, or all code 3.
+    pub fn q2_0_row(&mut self, nb: usize, out: &mut [u8]) {
+        let style = self.rng.gen_range(0..6);
+        let case = self.case;
+        for b in 0..nb {
+            let blk = &mut out[b * Q2_0_BYTES..(b + 1) * Q2_0_BYTES];
+            let d = self.realistic_weight_scale();
+            let d = self.f16_scale(d);
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            for (j, q) in blk[2..].iter_mut().enumerate() {
+                *q = match style {
+                    0 => ((case as usize * 16 + b * 16 + j) % 256) as u8, // every byte value in every position
+                    1 => 0xff,                                            // code 3 everywhere
+                    2 => {
+                        // ternary 31/38/31 %
+                        let mut v = 0u8;
+                        for r in 0..4 {
+                            let x = self.rng.gen_range(0..100);
+                            let c = if x < 31 {
+                                0
+                            } else if x < 69 {
+                                1
+                            } else {
+                                2
+                            };
+                            v |= c << (2 * r);
+                        }
+                        v
+                    }
+                    _ => self.rng.gen(),
+                };
+            }
+        }
+    }
+
+    /// q8_0 activation bytes for `nb8` blocks: random, saturated at −128/127, or a constant byte.
+    pub fn q8_0_row(&mut self, nb8: usize, out: &mut [u8]) {
+        let style = self.rng.gen_range(0..6);
+        let fill: i8 = self.rng.gen();
+        for b in 0..nb8 {
+            let blk = &mut out[b * Q8_0_BYTES..(b + 1) * Q8_0_BYTES];
+            let d = self.realistic_act_scale();
+            let d = self.f16_scale(d);
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            for q in blk[2..].iter_mut() {
+                let v: i8 = match style {
+                    0 => -128,
+                    1 => {
+                        if self.rng.gen() {
+                            -128
+                        } else {
+                            127
+                        }
+                    }
+                    2 => fill,
+                    _ => self.rng.gen(),
+                };
+                *q = v as u8;
+            }
+        }
+    }
+
+    /// Floats for `quantize_row_q8_0`: realistic activations at many magnitudes, exact ties, and the edges
+    /// (zeros, −0, subnormals, huge values, ±Inf, NaN).
+    pub fn activations(&mut self, k: usize, out: &mut [f32]) {
+        let style = self.rng.gen_range(0..8);
+        let scale = 10f32.powi(self.rng.gen_range(-30..30));
+        for (j, v) in out[..k].iter_mut().enumerate() {
+            *v = match style {
+                0 => {
+                    // max 127 → id = 1 in both builds, so k + 0.5 values are exact ties
+                    if j % QK8_0 == 0 {
+                        127.0
+                    } else {
+                        self.rng.gen_range(-127i32..127) as f32 + 0.5
+                    }
+                }
+                1 => 0.0,
+                2 => f32::from_bits(self.rng.gen()),
+                3 => {
+                    let specials = [
+                        0.0,
+                        -0.0,
+                        f32::INFINITY,
+                        f32::NEG_INFINITY,
+                        f32::NAN,
+                        1e-40,
+                        -1e-45,
+                        3.0e38,
+                        -3.4e38,
+                        1.0,
+                    ];
+                    if self.rng.gen_ratio(1, 4) {
+                        specials[self.rng.gen_range(0..specials.len())]
+                    } else {
+                        self.rng.gen_range(-1.0f32..1.0)
+                    }
+                }
+                4 => self.rng.gen_range(-1.0f32..1.0) * 1e-38,
+                _ => {
+                    // roughly normal: sum of uniforms
+                    let s: f32 = (0..4).map(|_| self.rng.gen_range(-1.0f32..1.0)).sum();
+                    s * scale
+                }
+            };
+        }
+    }
+}
+
+/// Values per row for a case with `nb` Q2_0 blocks.
+pub fn q2_0_row_len(nb: usize) -> usize {
+    nb * QK2_0
+}

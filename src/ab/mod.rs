@@ -1,0 +1,5 @@
+//! The A/B harness behind `ggml-lowbit-ab`: our symbols against the stock library's on the same inputs, for
+//! bits (`bits`) and for speed side by side (`speed`).
+pub mod bits;
+pub mod cases;
+pub mod speed;

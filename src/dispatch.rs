@@ -1,0 +1,202 @@
+//! The one dispatcher: which instruction set and which stock float order every export uses, decided once.
+//!
+//! - Instruction set: the best this CPU has (`Avx512` needs F/BW/VL/VNNI/VBMI plus AVX2/FMA/F16C, `Avx2` needs
+//!   AVX2/FMA/F16C), capped by `GGML_LOWBIT_ISA=scalar|avx2|avx512` (a cap never raises it past the CPU).
+//! - Float order: the stock build a release llama.cpp would load on this CPU (AVX2+FMA+F16C → haswell, else
+//!   x64), overridden by `GGML_LOWBIT_MATCH=haswell|x64`.
+//!
+//! An unknown value in either variable is a configuration error: the library says so on stderr and aborts
+//! rather than return bits from a build the user did not ask for.
+
+use std::sync::OnceLock;
+
+use crate::formats::q2_0::{self, BlockQ2_0};
+use crate::formats::q8_0::{self, BlockQ8_0};
+use crate::FloatOrder;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    Scalar,
+    Avx2,
+    Avx512,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Isa> {
+        Isa::ALL.into_iter().find(|i| i.name() == s)
+    }
+}
+
+/// The best instruction set this CPU supports, detected once.
+pub fn detected_isa() -> Isa {
+    static DETECTED: OnceLock<Isa> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx2 = has!("avx2") && has!("fma") && has!("f16c");
+            let avx512 = avx2
+                && has!("avx512f")
+                && has!("avx512bw")
+                && has!("avx512vl")
+                && has!("avx512vnni")
+                && has!("avx512vbmi");
+            if avx512 {
+                return Isa::Avx512;
+            }
+            if avx2 {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    })
+}
+
+/// The stock build a release llama.cpp loads on this CPU.
+pub fn default_order() -> FloatOrder {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx2") && has!("fma") && has!("f16c") {
+            return FloatOrder::Haswell;
+        }
+    }
+    FloatOrder::X64
+}
+
+/// The kernels for one (instruction set, float order) pair. The function pointers are safe to call: a table is
+/// only built for an instruction set the CPU has, and each entry checks slice lengths.
+#[derive(Clone, Copy)]
+pub struct Kernels {
+    pub isa: Isa,
+    pub order: FloatOrder,
+    vec_dot_q2_0_q8_0: unsafe fn(&[BlockQ2_0], &[BlockQ8_0]) -> f32,
+    quantize_row_q8_0: unsafe fn(&[f32], &mut [BlockQ8_0]),
+    dequantize_row_q2_0: unsafe fn(&[BlockQ2_0], &mut [f32]),
+}
+
+impl Kernels {
+    /// The table for `order` on the best of `isa` and what the CPU has.
+    pub fn new(isa: Isa, order: FloatOrder) -> Kernels {
+        let isa = isa.min(detected_isa());
+        let haswell = order == FloatOrder::Haswell;
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::arch::x86::{avx2, avx512};
+            match isa {
+                Isa::Avx512 => {
+                    return Kernels {
+                        isa,
+                        order,
+                        vec_dot_q2_0_q8_0: if haswell {
+                            avx512::vec_dot_q2_0_q8_0::<true>
+                        } else {
+                            avx512::vec_dot_q2_0_q8_0::<false>
+                        },
+                        quantize_row_q8_0: if haswell {
+                            avx512::quantize_row_q8_0::<true>
+                        } else {
+                            avx512::quantize_row_q8_0::<false>
+                        },
+                        dequantize_row_q2_0: avx512::dequantize_row_q2_0,
+                    }
+                }
+                Isa::Avx2 => {
+                    return Kernels {
+                        isa,
+                        order,
+                        vec_dot_q2_0_q8_0: if haswell {
+                            avx2::vec_dot_q2_0_q8_0::<true>
+                        } else {
+                            avx2::vec_dot_q2_0_q8_0::<false>
+                        },
+                        quantize_row_q8_0: if haswell {
+                            avx2::quantize_row_q8_0::<true>
+                        } else {
+                            avx2::quantize_row_q8_0::<false>
+                        },
+                        dequantize_row_q2_0: avx2::dequantize_row_q2_0,
+                    }
+                }
+                Isa::Scalar => {}
+            }
+        }
+        Kernels {
+            isa: Isa::Scalar,
+            order,
+            vec_dot_q2_0_q8_0: if haswell {
+                q2_0::vec_dot_q2_0_q8_0_fma_model
+            } else {
+                q2_0::vec_dot_q2_0_q8_0_nofma_model
+            },
+            quantize_row_q8_0: if haswell {
+                scalar_quantize_haswell
+            } else {
+                scalar_quantize_x64
+            },
+            dequantize_row_q2_0: q2_0::dequantize_row_q2_0_model,
+        }
+    }
+
+    /// `Σ` over `x.len()` Q2_0 blocks against `2·x.len()` q8_0 blocks.
+    pub fn vec_dot_q2_0_q8_0(&self, x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+        assert!(y.len() >= 2 * x.len(), "q8_0 row shorter than the Q2_0 row");
+        // SAFETY: the table only holds kernels for instruction sets this CPU has (`Kernels::new` caps `isa`), and
+        // the length contract was just checked.
+        unsafe { (self.vec_dot_q2_0_q8_0)(x, y) }
+    }
+
+    /// Quantizes `x.len() / 32` whole blocks (a tail shorter than a block is ignored, as in stock).
+    pub fn quantize_row_q8_0(&self, x: &[f32], y: &mut [BlockQ8_0]) {
+        assert!(y.len() >= x.len() / q8_0::QK8_0, "q8_0 output too short");
+        // SAFETY: as above.
+        unsafe { (self.quantize_row_q8_0)(x, y) }
+    }
+
+    pub fn dequantize_row_q2_0(&self, x: &[BlockQ2_0], y: &mut [f32]) {
+        assert!(y.len() >= q2_0::QK2_0 * x.len(), "f32 output too short");
+        // SAFETY: as above.
+        unsafe { (self.dequantize_row_q2_0)(x, y) }
+    }
+}
+
+fn scalar_quantize_haswell(x: &[f32], y: &mut [BlockQ8_0]) {
+    q8_0::quantize_row_q8_0_model(FloatOrder::Haswell, x, y)
+}
+
+fn scalar_quantize_x64(x: &[f32], y: &mut [BlockQ8_0]) {
+    q8_0::quantize_row_q8_0_model(FloatOrder::X64, x, y)
+}
+
+fn env_choice<T>(name: &str, parse: impl Fn(&str) -> Option<T>, allowed: &str) -> Option<T> {
+    let value = std::env::var(name).ok()?;
+    if value.is_empty() {
+        return None;
+    }
+    match parse(&value) {
+        Some(v) => Some(v),
+        None => crate::ffi::fatal(&format!("{name}={value:?} is not one of {allowed}")),
+    }
+}
+
+/// The table every export uses, built on first use from the CPU and the environment.
+pub fn active() -> &'static Kernels {
+    static ACTIVE: OnceLock<Kernels> = OnceLock::new();
+    ACTIVE.get_or_init(|| {
+        let order = env_choice("GGML_LOWBIT_MATCH", FloatOrder::parse, "haswell, x64")
+            .unwrap_or_else(default_order);
+        let isa = env_choice("GGML_LOWBIT_ISA", Isa::parse, "scalar, avx2, avx512")
+            .unwrap_or(Isa::Avx512);
+        Kernels::new(isa, order)
+    })
+}

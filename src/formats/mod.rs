@@ -1,0 +1,28 @@
+//! One module per ggml format: block layout, decode, and the scalar model of each stock float order.
+pub mod q2_0;
+pub mod q8_0;
+
+/// Views raw bytes as blocks. Every block type here is `repr(C)` of bytes only (alignment 1, every bit pattern
+/// valid), so this is a plain reinterpretation; a trailing partial block is left out.
+pub fn blocks<T: RawBlock>(bytes: &[u8]) -> &[T] {
+    let n = bytes.len() / std::mem::size_of::<T>();
+    // SAFETY: `T: RawBlock` promises alignment 1 and no invalid bit patterns; `n` whole blocks fit in `bytes`.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, n) }
+}
+
+/// Mutable form of [`blocks`].
+pub fn blocks_mut<T: RawBlock>(bytes: &mut [u8]) -> &mut [T] {
+    let n = bytes.len() / std::mem::size_of::<T>();
+    // SAFETY: as `blocks`; the borrow of `bytes` is exclusive.
+    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut T, n) }
+}
+
+/// Marker for block types that are plain bytes.
+///
+/// # Safety
+/// Implementors must have alignment 1 and accept every bit pattern.
+pub unsafe trait RawBlock: Copy {}
+// SAFETY: both are `repr(C)` structs of `u8`/`i8` arrays and `GgmlHalf([u8; 2])` (asserted in their modules).
+unsafe impl RawBlock for q2_0::BlockQ2_0 {}
+// SAFETY: as above.
+unsafe impl RawBlock for q8_0::BlockQ8_0 {}

@@ -1,0 +1,144 @@
+//! Q2_0 (ggml type 42): the ternary Bonsai format, 64 weights per block.
+//!
+//! Layout: `{ ggml_half d; uint8_t qs[16]; }`, 18 bytes. Weight `j` of a block is the 2-bit code
+//! `c = (qs[j/4] >> 2·(j%4)) & 3` (least significant bits first) and decodes to `(c − 1)·d`, so {−1, 0, +1, +2}·d:
+//! the format is not strictly ternary and every kernel accepts code 3.
+//!
+//! The dot product pairs one Q2_0 block with two q8_0 blocks. Stock x86 has no SIMD kernel: both builds run the
+//! generic C, whose float chain per block `i` is
+//! `sumi = 0; sumi += d1[2i]·isum0; sumi += d1[2i+1]·isum1; sumf += d0·sumi`, blocks in order from `sumf = 0`.
+//! The haswell build is compiled with FMA and GCC contracts each `+= ·` into one fused multiply-add; the x64
+//! build rounds the product and the sum separately. Integer sums are exact in any order, so kernels may compute
+//! `isum0/isum1` however they like; the float chain is what they must keep.
+
+use super::q8_0::{BlockQ8_0, QK8_0};
+use crate::fp16::GgmlHalf;
+
+pub const QK2_0: usize = 64;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockQ2_0 {
+    pub d: GgmlHalf,
+    pub qs: [u8; QK2_0 / 4],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ2_0>() == 18);
+const _: () = assert!(std::mem::align_of::<BlockQ2_0>() == 1);
+const _: () = assert!(QK2_0 == 2 * QK8_0);
+
+/// Code of weight `j` (0..64) of a block.
+#[inline(always)]
+pub fn code(qs: &[u8; 16], j: usize) -> u8 {
+    (qs[j / 4] >> (2 * (j % 4))) & 3
+}
+
+/// `dequantize_row_q2_0`: `((int)c − 1) · d` in float, so code 1 gives `0·d` (−0 for a negative scale, NaN for an
+/// infinite one), exactly as stock. Same bits in both builds.
+pub fn dequantize_row_q2_0_model(x: &[BlockQ2_0], y: &mut [f32]) {
+    for (block, out) in x.iter().zip(y.chunks_exact_mut(QK2_0)) {
+        let d = block.d.to_f32();
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = (code(&block.qs, j) as i32 - 1) as f32 * d;
+        }
+    }
+}
+
+/// `Σ (c − 1)·q` over half `k` (0 or 1) of a block: the integer sum stock multiplies by `d1` of q8 block `2i + k`.
+#[inline(always)]
+pub fn half_block_isum(x: &BlockQ2_0, y: &BlockQ8_0, k: usize) -> i32 {
+    (0..QK8_0)
+        .map(|j| (code(&x.qs, 32 * k + j) as i32 - 1) * y.qs[j] as i32)
+        .sum()
+}
+
+/// The haswell build's `ggml_vec_dot_q2_0_q8_0`: the generic C with FMA contraction.
+pub fn vec_dot_q2_0_q8_0_fma_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (i, xb) in x.iter().enumerate() {
+        let (y0, y1) = (&y[2 * i], &y[2 * i + 1]);
+        let s0 = half_block_isum(xb, y0, 0) as f32;
+        let s1 = half_block_isum(xb, y1, 1) as f32;
+        let sumi = y0.d.to_f32().mul_add(s0, 0.0);
+        let sumi = y1.d.to_f32().mul_add(s1, sumi);
+        sumf = xb.d.to_f32().mul_add(sumi, sumf);
+    }
+    sumf
+}
+
+/// The x64 build's `ggml_vec_dot_q2_0_q8_0`: the same C, every product and sum rounded on its own.
+pub fn vec_dot_q2_0_q8_0_nofma_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (i, xb) in x.iter().enumerate() {
+        let (y0, y1) = (&y[2 * i], &y[2 * i + 1]);
+        let s0 = half_block_isum(xb, y0, 0) as f32;
+        let s1 = half_block_isum(xb, y1, 1) as f32;
+        let sumi = 0.0 + y0.d.to_f32() * s0;
+        let sumi = sumi + y1.d.to_f32() * s1;
+        sumf += xb.d.to_f32() * sumi;
+    }
+    sumf
+}
+
+/// The model of `order`.
+pub fn vec_dot_q2_0_q8_0_model(order: crate::FloatOrder, x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+    match order {
+        crate::FloatOrder::Haswell => vec_dot_q2_0_q8_0_fma_model(x, y),
+        crate::FloatOrder::X64 => vec_dot_q2_0_q8_0_nofma_model(x, y),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(d: f32, codes: [u8; 64]) -> BlockQ2_0 {
+        let mut qs = [0u8; 16];
+        for (j, &c) in codes.iter().enumerate() {
+            qs[j / 4] |= c << (2 * (j % 4));
+        }
+        BlockQ2_0 {
+            d: GgmlHalf::from_bits(half::f16::from_f32(d).to_bits()),
+            qs,
+        }
+    }
+
+    #[test]
+    fn decode_is_scale_first_lsb_first_with_code_three_as_plus_two() {
+        let mut codes = [1u8; 64];
+        codes[0] = 0;
+        codes[1] = 2;
+        codes[2] = 3;
+        codes[63] = 3;
+        let b = block(0.5, codes);
+        assert_eq!(b.qs[0], 0b11_10_00 | (1 << 6));
+        let mut y = [9f32; 64];
+        dequantize_row_q2_0_model(&[b], &mut y);
+        assert_eq!(&y[..4], &[-0.5, 0.5, 1.0, 0.0]);
+        assert_eq!(y[63], 1.0);
+    }
+
+    #[test]
+    fn zero_code_with_negative_scale_is_negative_zero() {
+        let b = block(-2.0, [1; 64]);
+        let mut y = [0f32; 64];
+        dequantize_row_q2_0_model(&[b], &mut y);
+        assert!(y.iter().all(|v| v.to_bits() == (-0.0f32).to_bits()));
+    }
+
+    #[test]
+    fn models_agree_with_f64_and_differ_where_fma_matters() {
+        // A value chosen so that the fused and unfused chains round differently.
+        let x = [block(1.0, [2; 64]), block(1.0, [2; 64])];
+        let mut y = [BlockQ8_0::default(); 4];
+        let d1 = [0.1f32, 0.3, 0.7, 1.3];
+        for (k, yb) in y.iter_mut().enumerate() {
+            yb.d = GgmlHalf::from_bits(half::f16::from_f32(d1[k]).to_bits());
+            yb.qs = [3; 32];
+        }
+        let fma = vec_dot_q2_0_q8_0_fma_model(&x, &y);
+        let nofma = vec_dot_q2_0_q8_0_nofma_model(&x, &y);
+        let exact: f64 = y.iter().map(|b| b.d.to_f32() as f64 * 96.0).sum();
+        assert!((fma as f64 - exact).abs() < 1e-4 * exact);
+        assert!((nofma as f64 - exact).abs() < 1e-4 * exact);
+    }
+}

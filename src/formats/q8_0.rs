@@ -1,0 +1,161 @@
+//! Q8_0 (ggml type 8): the activation side of Q1_0 and Q2_0 products, and `quantize_row_q8_0`.
+//!
+//! Layout: `{ ggml_half d; int8_t qs[32]; }`, 34 bytes per 32 values.
+//!
+//! The two stock builds quantize differently (`formats.md` §4), so each has a scalar model:
+//! - haswell (the AVX path of `arch/x86/quants.c`): `max|x|` through `maxps` in a fixed lane order, `d = max/127`,
+//!   `id = 127/max` (0 when max is 0), round half to even, `cvtps2dq` then two saturating packs;
+//! - x64 (`quantize_row_q8_0_ref`): a sequential `a > b ? a : b` max, `id = 1/d`, `roundf` (half away from zero),
+//!   truncating conversion to int8 through int32.
+//!
+//! Both narrow `d` to f16 with ggml's software routine, not F16C (the haswell disassembly shows the bit-trick
+//! code, with one multiply fused into the add; that fusion cannot change a result, see `fp16.rs`), so a NaN
+//! scale is stored as `0x7E00` in both.
+
+use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf};
+
+pub const QK8_0: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockQ8_0 {
+    pub d: GgmlHalf,
+    pub qs: [i8; QK8_0],
+}
+const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+const _: () = assert!(std::mem::align_of::<BlockQ8_0>() == 1);
+
+/// `maxps`/`maxss` on one lane: the first operand when it is greater, else the second (so a NaN in either picks
+/// the second).
+#[inline(always)]
+fn maxps_lane(a: f32, b: f32) -> f32 {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// `cvtps2dq` on one lane (the value is already integral): out-of-range and NaN give the "integer indefinite"
+/// `i32::MIN`.
+#[inline(always)]
+pub(crate) fn cvtps2dq_lane(v: f32) -> i32 {
+    if v >= -2147483648.0 && v < 2147483648.0 {
+        v as i32
+    } else {
+        i32::MIN
+    }
+}
+
+/// `packssdw` then `packsswb` on one lane.
+#[inline(always)]
+pub(crate) fn saturate_i32_to_i8(v: i32) -> i8 {
+    v.clamp(i16::MIN as i32, i16::MAX as i32)
+        .clamp(i8::MIN as i32, i8::MAX as i32) as i8
+}
+
+/// `max|x|` of one block in the AVX path's order: four 8-lane `maxps` steps, then the 8 → 4 → 2 → 1 tree.
+pub(crate) fn block_amax_avx_order(x: &[f32; QK8_0]) -> f32 {
+    let mut m = [0f32; 8];
+    for (lane, slot) in m.iter_mut().enumerate() {
+        let mut acc = x[lane].abs();
+        for v in 1..4 {
+            acc = maxps_lane(acc, x[8 * v + lane].abs());
+        }
+        *slot = acc;
+    }
+    let m4 = [0, 1, 2, 3].map(|k| maxps_lane(m[4 + k], m[k]));
+    let l0 = maxps_lane(m4[0], m4[2]);
+    let l1 = maxps_lane(m4[1], m4[3]);
+    maxps_lane(l0, l1)
+}
+
+/// One block of the haswell build's `quantize_row_q8_0`.
+pub fn quantize_block_q8_0_avx_model(x: &[f32; QK8_0]) -> BlockQ8_0 {
+    let max = block_amax_avx_order(x);
+    let d = max / 127.0;
+    let id = if max != 0.0 { 127.0 / max } else { 0.0 };
+    let mut out = BlockQ8_0 {
+        d: GgmlHalf::from_bits(f32_to_f16_ggml_soft_model(d)),
+        qs: [0; QK8_0],
+    };
+    for (q, &v) in out.qs.iter_mut().zip(x) {
+        *q = saturate_i32_to_i8(cvtps2dq_lane((v * id).round_ties_even()));
+    }
+    out
+}
+
+/// One block of the x64 build's `quantize_row_q8_0` (= `quantize_row_q8_0_ref`).
+pub fn quantize_block_q8_0_ref_model(x: &[f32; QK8_0]) -> BlockQ8_0 {
+    let mut amax = 0.0f32;
+    for &v in x {
+        let a = v.abs();
+        amax = if amax > a { amax } else { a };
+    }
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut out = BlockQ8_0 {
+        d: GgmlHalf::from_bits(f32_to_f16_ggml_soft_model(d)),
+        qs: [0; QK8_0],
+    };
+    for (q, &v) in out.qs.iter_mut().zip(x) {
+        // C's float → int8_t goes through a 32-bit cvttss2si and keeps the low byte.
+        *q = cvtps2dq_lane((v * id).round()) as i8;
+    }
+    out
+}
+
+/// A whole row with the model of `order`; `k` values, tail values past the last full block are ignored like a
+/// release build does.
+pub fn quantize_row_q8_0_model(order: crate::FloatOrder, x: &[f32], y: &mut [BlockQ8_0]) {
+    for (chunk, out) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
+        let block: &[f32; QK8_0] = chunk.try_into().expect("chunks_exact gives full blocks");
+        *out = match order {
+            crate::FloatOrder::Haswell => quantize_block_q8_0_avx_model(block),
+            crate::FloatOrder::X64 => quantize_block_q8_0_ref_model(block),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ties_round_differently_in_the_two_builds() {
+        // max = 127 → id = 1 in both; 2.5 rounds to 2 (even) in the AVX path, 3 (away) in the reference.
+        let mut x = [0f32; QK8_0];
+        x[0] = 127.0;
+        x[1] = 2.5;
+        x[2] = -0.5;
+        let avx = quantize_block_q8_0_avx_model(&x);
+        let r = quantize_block_q8_0_ref_model(&x);
+        assert_eq!((avx.qs[0], avx.qs[1], avx.qs[2]), (127, 2, 0));
+        assert_eq!((r.qs[0], r.qs[1], r.qs[2]), (127, 3, -1));
+        assert_eq!(avx.d.to_f32(), 1.0);
+    }
+
+    #[test]
+    fn non_finite_inputs_follow_the_instruction_semantics() {
+        let mut x = [1.0f32; QK8_0];
+        x[3] = f32::INFINITY;
+        let avx = quantize_block_q8_0_avx_model(&x);
+        // id = 127/Inf = 0: finite values give 0, Inf·0 = NaN gives the indefinite integer, saturated to -128.
+        assert_eq!(avx.qs[0], 0);
+        assert_eq!(avx.qs[3], -128);
+        let r = quantize_block_q8_0_ref_model(&x);
+        assert_eq!(r.qs[3], 0); // NaN → 0x80000000 → low byte 0
+        assert_eq!(r.d.to_bits(), 0x7c00);
+    }
+
+    #[test]
+    fn amax_lane_order_decides_nan() {
+        let mut x = [0f32; QK8_0];
+        x[0] = f32::NAN; // lane 0 of v0, then max(NaN, |v1[0]|) picks |v1[0]|
+        x[8] = 5.0;
+        assert_eq!(block_amax_avx_order(&x), 5.0);
+        let mut y = [0f32; QK8_0];
+        y[24] = f32::NAN; // lane 0 of v3: the last step of lane 0 keeps the NaN, which wins at m4 (second operand)
+        assert!(block_amax_avx_order(&y).is_nan());
+    }
+}

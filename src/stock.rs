@@ -1,0 +1,116 @@
+//! The pinned stock llama.cpp, built by `scripts/stock-llama.sh` and loaded with libloading: the oracle for every
+//! bit test and the baseline for every speed ratio.
+
+use std::ffi::{c_int, c_void};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use libloading::Library;
+
+use crate::FloatOrder;
+
+pub type VecDotFn =
+    unsafe extern "C" fn(c_int, *mut f32, usize, *const c_void, usize, *const c_void, usize, c_int);
+pub type QuantizeRowFn = unsafe extern "C" fn(*const f32, *mut c_void, i64);
+pub type DequantizeRowFn = unsafe extern "C" fn(*const c_void, *mut f32, i64);
+
+/// The repository's `scripts/` folder (the crate root is the repository root).
+pub fn scripts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts")
+}
+
+/// Builds (or finds in the cache) the stock build for `order` and returns the folder with its libraries.
+/// Build output goes to this process's stderr; a failure is an error, never a skip.
+pub fn ensure_built(order: FloatOrder) -> Result<PathBuf, String> {
+    let script = scripts_dir().join("stock-llama.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(order.name())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} {} failed ({})",
+            script.display(),
+            order.name(),
+            out.status
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let dir = stdout.lines().last().map(str::trim).unwrap_or_default();
+    if dir.is_empty() || !Path::new(dir).join("libggml-cpu.so").is_file() {
+        return Err(format!(
+            "{} {} printed no library folder",
+            script.display(),
+            order.name()
+        ));
+    }
+    Ok(PathBuf::from(dir))
+}
+
+/// One loaded stock build: `libggml-base.so` and `libggml-cpu.so`, initialised with `ggml_cpu_init()`.
+pub struct StockLib {
+    pub order: FloatOrder,
+    pub dir: PathBuf,
+    // Field order matters for drop: cpu before base.
+    cpu: Library,
+    _base: Library,
+}
+
+impl StockLib {
+    /// Loads the build in `dir` (the folder `scripts/stock-llama.sh` prints).
+    pub fn open(order: FloatOrder, dir: &Path) -> Result<StockLib, String> {
+        let load = |name: &str| {
+            let path = dir.join(name);
+            // SAFETY: loading ggml runs only its static initialisers, which have no preconditions.
+            unsafe { Library::new(&path) }
+                .map_err(|e| format!("cannot load {}: {e}", path.display()))
+        };
+        let base = load("libggml-base.so")?;
+        let cpu = load("libggml-cpu.so")?;
+        // SAFETY: `ggml_cpu_init` has the C signature `void(void)` and may be called any number of times.
+        unsafe {
+            let init: libloading::Symbol<unsafe extern "C" fn()> = cpu
+                .get(b"ggml_cpu_init\0")
+                .map_err(|e| format!("{}: no ggml_cpu_init: {e}", dir.display()))?;
+            init();
+        }
+        Ok(StockLib {
+            order,
+            dir: dir.to_path_buf(),
+            cpu,
+            _base: base,
+        })
+    }
+
+    /// Builds if needed, then loads.
+    pub fn load(order: FloatOrder) -> Result<StockLib, String> {
+        let dir = ensure_built(order)?;
+        StockLib::open(order, &dir)
+    }
+
+    fn symbol<T: Copy>(&self, name: &str) -> Result<T, String> {
+        let cname = format!("{name}\0");
+        // SAFETY: callers ask for each name with its ggml C signature (see the typed accessors below).
+        unsafe { self.cpu.get::<T>(cname.as_bytes()) }
+            .map(|s| *s)
+            .map_err(|e| format!("stock {} has no {name}: {e}", self.order.name()))
+    }
+
+    /// A `ggml_vec_dot_*` symbol; valid while `self` lives.
+    pub fn vec_dot(&self, name: &str) -> Result<VecDotFn, String> {
+        self.symbol(name)
+    }
+
+    /// A `quantize_row_*` symbol; valid while `self` lives.
+    pub fn quantize_row(&self, name: &str) -> Result<QuantizeRowFn, String> {
+        self.symbol(name)
+    }
+
+    /// A `dequantize_row_*` symbol (exported by ggml-base, reached through ggml-cpu's dependencies).
+    pub fn dequantize_row(&self, name: &str) -> Result<DequantizeRowFn, String> {
+        self.symbol(name)
+    }
+}
