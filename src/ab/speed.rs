@@ -1,1 +1,186 @@
-//! speed
+//! Side-by-side speed: our symbol and stock's on the same buffers, interleaved within one run.
+//!
+//! Each shape is a mat-vec through the vec_dot ABI (one call per row, as ggml makes them). A repetition times
+//! ours and stock back to back (alternating which goes first); the ratio reported is stock's median over ours'
+//! median. Absolute times are printed for context only: the machines are shared, only the ratio is comparable.
+
+use std::ffi::c_void;
+use std::time::Instant;
+
+use rand::Rng;
+use rayon::prelude::*;
+
+use super::cases::{Gen, Q2_0_BYTES, Q8_0_BYTES};
+use crate::stock::{QuantizeRowFn, VecDotFn};
+
+/// The Bonsai-8B (Qwen3-8B) projection shapes: rows × columns.
+pub const BONSAI_8B_SHAPES: [(usize, usize); 5] =
+    [(4096, 4096), (1024, 4096), (12288, 4096), (4096, 12288), (151669, 4096)];
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SpeedRow {
+    pub symbol: String,
+    pub shape: String,
+    pub threads: usize,
+    pub reps: usize,
+    pub ours_median_ms: f64,
+    pub stock_median_ms: f64,
+    /// stock median / ours median: above 1 means we are faster.
+    pub ratio: f64,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// A Q2_0 weight matrix and a q8_0 activation with realistic (ternary) content.
+pub struct MatVec {
+    pub rows: usize,
+    pub cols: usize,
+    weights: Vec<u8>,
+    act: Vec<u8>,
+}
+
+impl MatVec {
+    pub fn new(rows: usize, cols: usize, seed: u64) -> MatVec {
+        let nb = cols / 64;
+        let row_bytes = nb * Q2_0_BYTES;
+        let mut weights = vec![0u8; rows * row_bytes];
+        // Rows are generated in parallel from per-row seeds so 151669-row matrices take well under a second.
+        weights.par_chunks_mut(row_bytes).enumerate().for_each(|(r, row)| {
+            let mut g = Gen::new(seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            for b in 0..nb {
+                let blk = &mut row[b * Q2_0_BYTES..(b + 1) * Q2_0_BYTES];
+                let d = half::f16::from_f32(g.rng.gen_range(0.01..0.05)).to_bits();
+                blk[..2].copy_from_slice(&d.to_le_bytes());
+                for q in &mut blk[2..] {
+                    let mut v = 0u8;
+                    for s in 0..4 {
+                        let x = g.rng.gen_range(0..100);
+                        v |= (if x < 31 { 0 } else if x < 69 { 1 } else { 2 }) << (2 * s);
+                    }
+                    *q = v;
+                }
+            }
+        });
+        let mut g = Gen::new(seed.wrapping_add(1));
+        let mut act = vec![0u8; cols / 32 * Q8_0_BYTES];
+        for blk in act.chunks_exact_mut(Q8_0_BYTES) {
+            let d = half::f16::from_f32(g.rng.gen_range(0.005..0.05)).to_bits();
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            for q in &mut blk[2..] {
+                *q = g.rng.gen::<i8>() as u8;
+            }
+        }
+        MatVec { rows, cols, weights, act }
+    }
+
+    /// One mat-vec through `f`, rows split in `threads` contiguous chunks.
+    pub fn run(&self, f: VecDotFn, out: &mut [f32], pool: &rayon::ThreadPool) {
+        let row_bytes = self.cols / 64 * Q2_0_BYTES;
+        let threads = pool.current_num_threads();
+        let chunk = self.rows.div_ceil(threads);
+        let n = self.cols as i32;
+        let act = self.act.as_ptr() as usize;
+        pool.install(|| {
+            out.par_chunks_mut(chunk).zip(self.weights.par_chunks(chunk * row_bytes)).for_each(|(o, w)| {
+                for (r, s) in o.iter_mut().enumerate() {
+                    let row = w[r * row_bytes..].as_ptr() as *const c_void;
+                    // SAFETY: `row` holds `cols/64` blocks, the activation `cols/32`, `s` is one float.
+                    unsafe { f(n, s, 0, row, 0, act as *const c_void, 0, 1) };
+                }
+            })
+        });
+    }
+}
+
+/// Interleaved timing of `ours` and `stock` on one mat-vec; checks the outputs agree bit for bit first.
+pub fn time_vec_dot(
+    m: &MatVec,
+    ours: VecDotFn,
+    stock: VecDotFn,
+    threads: usize,
+    reps: usize,
+) -> Result<SpeedRow, String> {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| e.to_string())?;
+    let mut a = vec![0f32; m.rows];
+    let mut b = vec![0f32; m.rows];
+    m.run(ours, &mut a, &pool);
+    m.run(stock, &mut b, &pool);
+    if let Some(r) = (0..m.rows).find(|&r| a[r].to_bits() != b[r].to_bits()) {
+        return Err(format!("{}x{}: row {r} differs from stock: {} vs {}", m.rows, m.cols, a[r], b[r]));
+    }
+    let (mut to, mut ts) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
+    for rep in 0..reps {
+        let once = |f: VecDotFn, out: &mut [f32]| {
+            let t = Instant::now();
+            m.run(f, out, &pool);
+            t.elapsed().as_secs_f64() * 1e3
+        };
+        if rep % 2 == 0 {
+            to.push(once(ours, &mut a));
+            ts.push(once(stock, &mut b));
+        } else {
+            ts.push(once(stock, &mut b));
+            to.push(once(ours, &mut a));
+        }
+    }
+    let (mo, ms) = (median(&mut to), median(&mut ts));
+    Ok(SpeedRow {
+        symbol: "ggml_vec_dot_q2_0_q8_0".into(),
+        shape: format!("{}x{}", m.rows, m.cols),
+        threads,
+        reps,
+        ours_median_ms: mo,
+        stock_median_ms: ms,
+        ratio: ms / mo,
+    })
+}
+
+/// Interleaved timing of `quantize_row_q8_0` on one activation of `cols` floats (many calls per sample).
+pub fn time_quantize(cols: usize, ours: QuantizeRowFn, stock: QuantizeRowFn, reps: usize) -> Result<SpeedRow, String> {
+    let mut g = Gen::new(7);
+    let x: Vec<f32> = (0..cols).map(|_| g.rng.gen_range(-3.0f32..3.0)).collect();
+    let mut ya = vec![0u8; cols / 32 * Q8_0_BYTES];
+    let mut yb = ya.clone();
+    let calls = (4_000_000 / cols).max(1);
+    let once = |f: QuantizeRowFn, y: &mut [u8]| {
+        let t = Instant::now();
+        for _ in 0..calls {
+            // SAFETY: `x` has `cols` floats and `y` room for `cols/32` blocks.
+            unsafe { f(x.as_ptr(), y.as_mut_ptr() as *mut c_void, cols as i64) };
+        }
+        t.elapsed().as_secs_f64() * 1e3 / calls as f64
+    };
+    once(ours, &mut ya);
+    once(stock, &mut yb);
+    if ya != yb {
+        return Err(format!("quantize_row_q8_0 {cols}: output differs from stock"));
+    }
+    let (mut to, mut ts) = (Vec::new(), Vec::new());
+    for rep in 0..reps {
+        if rep % 2 == 0 {
+            to.push(once(ours, &mut ya));
+            ts.push(once(stock, &mut yb));
+        } else {
+            ts.push(once(stock, &mut yb));
+            to.push(once(ours, &mut ya));
+        }
+    }
+    let (mo, ms) = (median(&mut to), median(&mut ts));
+    Ok(SpeedRow {
+        symbol: "quantize_row_q8_0".into(),
+        shape: format!("1x{cols}"),
+        threads: 1,
+        reps,
+        ours_median_ms: mo,
+        stock_median_ms: ms,
+        ratio: ms / mo,
+    })
+}

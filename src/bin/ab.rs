@@ -1,1 +1,379 @@
-fn main() {}
+//! `ggml-lowbit-ab`: the A/B harness. Our symbols against the pinned stock llama.cpp's, on the same inputs.
+//!
+//! - `bits`: random and adversarial cases per symbol against each stock build; exits 1 on any mismatch.
+//! - `speed`: side-by-side, interleaved timing on the Bonsai-8B shapes; writes `target/ab/speed.{md,json,svg}`.
+//!
+//! Errors (a missing library, an unknown symbol, a bad shape) print one line and exit with code 2.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use ggml_lowbit::ab::bits::{self, CSymbols, Subject, SymbolReport};
+use ggml_lowbit::ab::speed::{self, MatVec, SpeedRow, BONSAI_8B_SHAPES};
+use ggml_lowbit::stock::StockLib;
+use ggml_lowbit::FloatOrder;
+use indicatif::{ProgressBar, ProgressStyle};
+use tabled::settings::Style;
+use tabled::{Table, Tabled};
+
+#[derive(Parser)]
+#[command(name = "ggml-lowbit-ab", version, about = "A/B harness: ggml-lowbit against the pinned stock llama.cpp")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Build {
+    Haswell,
+    X64,
+    All,
+}
+
+impl Build {
+    fn orders(self) -> Vec<FloatOrder> {
+        match self {
+            Build::Haswell => vec![FloatOrder::Haswell],
+            Build::X64 => vec![FloatOrder::X64],
+            Build::All => FloatOrder::ALL.to_vec(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Via {
+    /// The rlib's kernels, at every instruction set this CPU has.
+    Rlib,
+    /// The built libggml_lowbit.so, loaded with libloading.
+    Cdylib,
+    All,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Bit comparison against the stock library: every mismatch is reported, any mismatch exits 1.
+    Bits {
+        /// Cases per symbol per stock build.
+        #[arg(long, default_value_t = 200_000)]
+        cases: u64,
+        #[arg(long, default_value_t = 0x5eed)]
+        seed: u64,
+        #[arg(long, value_enum, default_value_t = Build::All)]
+        build: Build,
+        #[arg(long, value_enum, default_value_t = Via::All)]
+        via: Via,
+        /// Path of libggml_lowbit.so (default: next to this binary).
+        #[arg(long)]
+        lib: Option<PathBuf>,
+        /// Only report these symbols (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        symbol: Vec<String>,
+    },
+    /// Speed side by side with stock: median ratios over interleaved repetitions.
+    Speed {
+        /// Shapes as ROWSxCOLS, comma-separated (default: the Bonsai-8B shapes).
+        #[arg(long, value_delimiter = ',')]
+        shapes: Vec<String>,
+        #[arg(long, default_value_t = 7)]
+        reps: usize,
+        /// Thread counts, comma-separated ("all" = every core).
+        #[arg(long, value_delimiter = ',', default_value = "1,all")]
+        threads: Vec<String>,
+        #[arg(long, value_enum, default_value_t = Build::Haswell)]
+        build: Build,
+        #[arg(long)]
+        lib: Option<PathBuf>,
+        /// Only these symbols (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        symbol: Vec<String>,
+        /// Report folder.
+        #[arg(long, default_value = "target/ab")]
+        out: PathBuf,
+    },
+}
+
+type Result<T> = std::result::Result<T, String>;
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("ggml-lowbit-ab: internal error: {info}");
+    }));
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Bits { cases, seed, build, via, lib, symbol } => cmd_bits(cases, seed, build, via, lib, &symbol),
+        Command::Speed { shapes, reps, threads, build, lib, symbol, out } => {
+            cmd_speed(&shapes, reps, &threads, build, lib, &symbol, &out)
+        }
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ggml-lowbit-ab: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn check_symbols(wanted: &[String], known: &[&str]) -> Result<()> {
+    for w in wanted {
+        if !known.contains(&w.as_str()) {
+            return Err(format!("unknown symbol {w:?} (known: {})", known.join(", ")));
+        }
+    }
+    Ok(())
+}
+
+fn default_lib(lib: Option<PathBuf>) -> Result<PathBuf> {
+    let path = match lib {
+        Some(p) => p,
+        None => std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .parent()
+            .ok_or("cannot locate this binary's folder")?
+            .join("libggml_lowbit.so"),
+    };
+    if !path.is_file() {
+        return Err(format!("library not found: {} (build it with cargo build --release)", path.display()));
+    }
+    Ok(path)
+}
+
+/// Loads a private copy of our cdylib configured for `order`: each copy has its own once-read configuration,
+/// so both float orders can be checked in one process. The copy reports the order it chose, which must match.
+fn load_ours(lib: &Path, order: FloatOrder, scratch: &Path) -> Result<libloading::Library> {
+    let copy = scratch.join(format!("libggml_lowbit-{}.so", order.name()));
+    std::fs::copy(lib, &copy).map_err(|e| format!("cannot copy {}: {e}", lib.display()))?;
+    std::env::set_var("GGML_LOWBIT_MATCH", order.name());
+    // SAFETY: loading our own library runs no initialisers with preconditions.
+    let l = unsafe { libloading::Library::new(&copy) }.map_err(|e| format!("cannot load {}: {e}", copy.display()))?;
+    // SAFETY: `ggml_lowbit_float_order` returns a static NUL-terminated string.
+    let chosen = unsafe {
+        let f = l
+            .get::<unsafe extern "C" fn() -> *const std::ffi::c_char>(b"ggml_lowbit_float_order\0")
+            .map_err(|e| e.to_string())?;
+        std::ffi::CStr::from_ptr(f()).to_string_lossy().into_owned()
+    };
+    std::env::remove_var("GGML_LOWBIT_MATCH");
+    if chosen != order.name() {
+        return Err(format!("{} chose float order {chosen}, expected {}", copy.display(), order.name()));
+    }
+    Ok(l)
+}
+
+#[derive(Tabled)]
+struct BitsLine {
+    build: String,
+    symbol: String,
+    subject: String,
+    cases: u64,
+    mismatches: u64,
+    #[tabled(rename = "NaN pairs")]
+    nan_pairs: u64,
+}
+
+fn cmd_bits(cases: u64, seed: u64, build: Build, via: Via, lib: Option<PathBuf>, only: &[String]) -> Result<ExitCode> {
+    check_symbols(only, &bits::SYMBOLS)?;
+    let lib = if via != Via::Rlib { Some(default_lib(lib)?) } else { None };
+    let scratch = std::env::temp_dir().join(format!("ggml-lowbit-ab-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+    let mut all: Vec<SymbolReport> = Vec::new();
+    let mut keep_libs = Vec::new();
+    for order in build.orders() {
+        let stock = StockLib::load(order)?;
+        let mut subjects = Vec::new();
+        if via != Via::Cdylib {
+            subjects.extend(bits::rlib_subjects(order));
+        }
+        if let Some(lib) = &lib {
+            let l = load_ours(lib, order, &scratch)?;
+            let symbols = CSymbols::from_library(&l)?;
+            subjects.push(Subject::C { name: "cdylib".into(), symbols });
+            keep_libs.push(l);
+        }
+        let bar = ProgressBar::new(cases).with_message(format!("bits vs stock {}", order.name()));
+        bar.set_style(
+            ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} cases ({eta})")
+                .map_err(|e| e.to_string())?
+                .progress_chars("=> "),
+        );
+        let reports = bits::run(&stock, &subjects, cases, seed, || bar.inc(1))?;
+        bar.finish_and_clear();
+        all.extend(reports.into_iter().filter(|r| only.is_empty() || only.contains(&r.symbol)));
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    let lines: Vec<BitsLine> = all
+        .iter()
+        .map(|r| BitsLine {
+            build: r.build.clone(),
+            symbol: r.symbol.clone(),
+            subject: r.subject.clone(),
+            cases: r.cases,
+            mismatches: r.mismatches,
+            nan_pairs: r.nan_pairs,
+        })
+        .collect();
+    println!("{}", Table::new(lines).with(Style::markdown()));
+    let bad: Vec<&SymbolReport> = all.iter().filter(|r| r.mismatches > 0).collect();
+    for r in &bad {
+        println!("MISMATCH {} {} {}: {}", r.build, r.symbol, r.subject, r.first_mismatch.as_deref().unwrap_or(""));
+    }
+    let total: u64 = all.iter().map(|r| r.cases).sum();
+    let mism: u64 = all.iter().map(|r| r.mismatches).sum();
+    println!("bits: {total} comparisons, {mism} mismatches");
+    Ok(if bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn parse_shape(s: &str) -> Result<(usize, usize)> {
+    let bad = || format!("bad shape {s:?}: expected ROWSxCOLS with COLS a positive multiple of 64");
+    let (r, c) = s.split_once('x').ok_or_else(bad)?;
+    let (r, c): (usize, usize) = (r.trim().parse().map_err(|_| bad())?, c.trim().parse().map_err(|_| bad())?);
+    if r == 0 || c == 0 || c % 64 != 0 {
+        return Err(bad());
+    }
+    Ok((r, c))
+}
+
+#[derive(Tabled)]
+struct SpeedLine {
+    symbol: String,
+    shape: String,
+    threads: usize,
+    #[tabled(rename = "ours ms (median)")]
+    ours: String,
+    #[tabled(rename = "stock ms (median)")]
+    stock: String,
+    #[tabled(rename = "stock / ours")]
+    ratio: String,
+}
+
+fn cmd_speed(
+    shapes: &[String],
+    reps: usize,
+    threads: &[String],
+    build: Build,
+    lib: Option<PathBuf>,
+    only: &[String],
+    out: &Path,
+) -> Result<ExitCode> {
+    let known = ["ggml_vec_dot_q2_0_q8_0", "quantize_row_q8_0"];
+    check_symbols(only, &known)?;
+    if build == Build::All {
+        return Err("speed compares against one stock build: --build haswell or --build x64".into());
+    }
+    if reps == 0 {
+        return Err("--reps must be at least 1".into());
+    }
+    let shapes: Vec<(usize, usize)> = if shapes.is_empty() {
+        BONSAI_8B_SHAPES.to_vec()
+    } else {
+        shapes.iter().map(|s| parse_shape(s)).collect::<Result<_>>()?
+    };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads: Vec<usize> = threads
+        .iter()
+        .map(|t| match t.as_str() {
+            "all" => Ok(cores),
+            t => t.parse::<usize>().ok().filter(|&n| n > 0).ok_or(format!("bad thread count {t:?}")),
+        })
+        .collect::<Result<_>>()?;
+    let lib = default_lib(lib)?;
+    let order = build.orders()[0];
+    let stock = StockLib::load(order)?;
+    let scratch = std::env::temp_dir().join(format!("ggml-lowbit-ab-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+    let ours_lib = load_ours(&lib, order, &scratch)?;
+    let ours = CSymbols::from_library(&ours_lib)?;
+    let st = CSymbols::from_stock(&stock)?;
+    let wants = |s: &str| only.is_empty() || only.iter().any(|o| o == s);
+    let mut rows: Vec<SpeedRow> = Vec::new();
+    if wants("ggml_vec_dot_q2_0_q8_0") {
+        let bar = ProgressBar::new((shapes.len() * threads.len()) as u64).with_message("speed");
+        for &(r, c) in &shapes {
+            let m = MatVec::new(r, c, 42);
+            for &t in &threads {
+                bar.set_message(format!("speed {r}x{c}, {t} thread(s)"));
+                rows.push(speed::time_vec_dot(&m, ours.vec_dot_q2_0_q8_0, st.vec_dot_q2_0_q8_0, t, reps)?);
+                bar.inc(1);
+            }
+        }
+        bar.finish_and_clear();
+    }
+    if wants("quantize_row_q8_0") {
+        let mut cols: Vec<usize> = shapes.iter().map(|&(_, c)| c).collect();
+        cols.sort_unstable();
+        cols.dedup();
+        for c in cols {
+            rows.push(speed::time_quantize(c, ours.quantize_row_q8_0, st.quantize_row_q8_0, reps)?);
+        }
+    }
+    drop(ours_lib);
+    let _ = std::fs::remove_dir_all(&scratch);
+
+    let lines: Vec<SpeedLine> = rows
+        .iter()
+        .map(|r| SpeedLine {
+            symbol: r.symbol.clone(),
+            shape: r.shape.clone(),
+            threads: r.threads,
+            ours: format!("{:.4}", r.ours_median_ms),
+            stock: format!("{:.4}", r.stock_median_ms),
+            ratio: format!("{:.2}x", r.ratio),
+        })
+        .collect();
+    let isa = ggml_lowbit::dispatch::active().isa.name();
+    let header = format!(
+        "Stock build: {}. Our instruction set: {isa}. {reps} interleaved repetitions per row, medians.\n\n",
+        order.name()
+    );
+    let table = Table::new(lines).with(Style::markdown()).to_string();
+    println!("{header}{table}");
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    std::fs::write(out.join("speed.md"), format!("{header}{table}\n")).map_err(|e| e.to_string())?;
+    let json = serde_json::json!({ "stock_build": order.name(), "isa": isa, "reps": reps, "rows": rows });
+    std::fs::write(out.join("speed.json"), serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    write_chart(&rows, &out.join("speed.svg"))?;
+    println!("wrote {}/speed.{{md,json,svg}}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A bar per row: stock / ours, with the 1× line.
+fn write_chart(rows: &[SpeedRow], path: &Path) -> Result<()> {
+    use plotters::prelude::*;
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let root = SVGBackend::new(path, (960, 120 + 40 * rows.len() as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let max = rows.iter().map(|r| r.ratio).fold(1.0f64, f64::max) * 1.15;
+    let labels: Vec<String> =
+        rows.iter().map(|r| format!("{} {} t{}", r.symbol.trim_start_matches("ggml_vec_dot_"), r.shape, r.threads)).collect();
+    let mut chart = ChartBuilder::on(&root)
+        .caption("ggml-lowbit vs stock: speed-up (stock time / ours)", ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(260)
+        .build_cartesian_2d(0.0..max, 0..rows.len())
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(rows.len())
+        .y_label_formatter(&|i| labels.get(*i).cloned().unwrap_or_default())
+        .x_desc("speed-up (x)")
+        .draw()
+        .map_err(|x| e(&x))?;
+    chart
+        .draw_series(rows.iter().enumerate().map(|(i, r)| {
+            let color = if r.ratio >= 1.0 { BLUE.mix(0.7) } else { RED.mix(0.7) };
+            Rectangle::new([(0.0, i), (r.ratio, i + 1)], color.filled())
+        }))
+        .map_err(|x| e(&x))?;
+    chart
+        .draw_series(rows.iter().enumerate().map(|(i, r)| {
+            Text::new(format!("{:.2}x", r.ratio), (r.ratio, i), ("sans-serif", 14).into_font())
+        }))
+        .map_err(|x| e(&x))?;
+    chart.draw_series(std::iter::once(PathElement::new([(1.0, 0), (1.0, rows.len())], BLACK))).map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
