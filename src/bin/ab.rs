@@ -91,6 +91,11 @@ enum Command {
         #[arg(long, default_value = "target/ab")]
         out: PathBuf,
     },
+    /// What libggml_lowbit.so chooses on this machine with this environment (instruction set, float order).
+    Config {
+        #[arg(long)]
+        lib: Option<PathBuf>,
+    },
 }
 
 type Result<T> = std::result::Result<T, String>;
@@ -105,6 +110,7 @@ fn main() -> ExitCode {
         Command::Speed { shapes, reps, threads, build, lib, symbol, out } => {
             cmd_speed(&shapes, reps, &threads, build, lib, &symbol, &out)
         }
+        Command::Config { lib } => cmd_config(lib),
     };
     match outcome {
         Ok(code) => code,
@@ -159,6 +165,24 @@ fn load_ours(lib: &Path, order: FloatOrder, scratch: &Path) -> Result<libloading
         return Err(format!("{} chose float order {chosen}, expected {}", copy.display(), order.name()));
     }
     Ok(l)
+}
+
+fn cmd_config(lib: Option<PathBuf>) -> Result<ExitCode> {
+    let lib = default_lib(lib)?;
+    // SAFETY: loading our own library runs no initialisers with preconditions.
+    let l = unsafe { libloading::Library::new(&lib) }.map_err(|e| format!("cannot load {}: {e}", lib.display()))?;
+    type Getter = unsafe extern "C" fn() -> *const std::ffi::c_char;
+    let get = |name: &[u8]| -> Result<String> {
+        // SAFETY: both getters return static NUL-terminated strings.
+        unsafe {
+            let f = l.get::<Getter>(name).map_err(|e| e.to_string())?;
+            Ok(std::ffi::CStr::from_ptr(f()).to_string_lossy().into_owned())
+        }
+    };
+    println!("library: {}", lib.display());
+    println!("instruction set: {}", get(b"ggml_lowbit_isa\0")?);
+    println!("float order (stock build matched): {}", get(b"ggml_lowbit_float_order\0")?);
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Tabled)]

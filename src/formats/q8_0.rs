@@ -154,8 +154,13 @@ mod tests {
         x[0] = f32::NAN; // lane 0 of v0, then max(NaN, |v1[0]|) picks |v1[0]|
         x[8] = 5.0;
         assert_eq!(block_amax_avx_order(&x), 5.0);
+        // Lane 3 of v3 is the second operand at every later step, so its NaN survives to the end; the same NaN
+        // in lane 0 is dropped at the 4 → 2 step.
         let mut y = [0f32; QK8_0];
-        y[24] = f32::NAN; // lane 0 of v3: the last step of lane 0 keeps the NaN, which wins at m4 (second operand)
+        y[27] = f32::NAN;
         assert!(block_amax_avx_order(&y).is_nan());
+        let mut z = [0f32; QK8_0];
+        z[24] = f32::NAN;
+        assert_eq!(block_amax_avx_order(&z), 0.0);
     }
 }

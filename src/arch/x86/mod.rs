@@ -24,3 +24,123 @@ pub(crate) fn q2_0_tail<const FMA: bool>(mut sumf: f32, x: &[BlockQ2_0], y: &[Bl
     }
     sumf
 }
+
+/// Tier 1: every ISA kernel against the scalar models, bit for bit. Exhaustive where the domain is small: all
+/// 256 weight bytes in every byte position of a block, all 4 codes against q8 = −128 and 127; random rows of
+/// every length 1..=40 blocks (all tails of the 4- and 8-block batches) with special scales.
+#[cfg(test)]
+mod tests {
+    use crate::dispatch::{detected_isa, Isa, Kernels};
+    use crate::formats::q2_0::{dequantize_row_q2_0_model, vec_dot_q2_0_q8_0_model, BlockQ2_0};
+    use crate::formats::q8_0::{quantize_row_q8_0_model, BlockQ8_0};
+    use crate::fp16::GgmlHalf;
+    use crate::FloatOrder;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    fn simd_kernels(order: FloatOrder) -> Vec<Kernels> {
+        let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= detected_isa()).collect();
+        if isas.is_empty() {
+            eprintln!("this CPU has no AVX2: only the scalar models run here");
+        }
+        isas.into_iter().map(|i| Kernels::new(i, order)).collect()
+    }
+
+    fn same(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    #[test]
+    fn every_weight_byte_in_every_position_matches_the_models() {
+        let mut rng = SmallRng::seed_from_u64(1);
+        for order in FloatOrder::ALL {
+            for k in simd_kernels(order) {
+                for byte in 0..=255u8 {
+                    for nb in [1usize, 4, 8, 9, 17] {
+                        let x: Vec<BlockQ2_0> = (0..nb)
+                            .map(|b| BlockQ2_0 {
+                                d: GgmlHalf::from_bits(0x2e66 + b as u16),
+                                qs: std::array::from_fn(|j| if (j + b) % 3 == 0 { byte } else { byte.rotate_left(j as u32) }),
+                            })
+                            .collect();
+                        for qfill in [-128i8, 127, 1] {
+                            let y: Vec<BlockQ8_0> = (0..2 * nb)
+                                .map(|b| BlockQ8_0 {
+                                    d: GgmlHalf::from_bits(0x3800 + rng.gen_range(0..0x400)),
+                                    qs: std::array::from_fn(|j| if j % 5 == 0 { qfill } else { rng.gen() }),
+                                })
+                                .collect();
+                            let want = vec_dot_q2_0_q8_0_model(order, &x, &y);
+                            let got = k.vec_dot_q2_0_q8_0(&x, &y);
+                            assert_eq!(got.to_bits(), want.to_bits(), "{:?} {} byte {byte:#04x} nb {nb}", k.isa, order.name());
+                        }
+                        let mut a = vec![0f32; 64 * nb];
+                        let mut b = vec![0f32; 64 * nb];
+                        dequantize_row_q2_0_model(&x, &mut a);
+                        k.dequantize_row_q2_0(&x, &mut b);
+                        assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn random_rows_with_special_scales_match_the_models() {
+        let specials = [0x0000u16, 0x8000, 0x0001, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01];
+        let mut rng = SmallRng::seed_from_u64(2);
+        for order in FloatOrder::ALL {
+            for k in simd_kernels(order) {
+                for case in 0..20_000 {
+                    let nb = 1 + case % 40;
+                    let mut scale = |rng: &mut SmallRng| {
+                        if rng.gen_ratio(1, 30) {
+                            specials[rng.gen_range(0..specials.len())]
+                        } else {
+                            0x2000 + rng.gen_range(0..0x1c00)
+                        }
+                    };
+                    let x: Vec<BlockQ2_0> =
+                        (0..nb).map(|_| BlockQ2_0 { d: GgmlHalf::from_bits(scale(&mut rng)), qs: rng.gen() }).collect();
+                    let y: Vec<BlockQ8_0> = (0..2 * nb)
+                        .map(|_| {
+                            let mut qs = [0i8; 32];
+                            rng.fill(&mut qs[..]);
+                            BlockQ8_0 { d: GgmlHalf::from_bits(scale(&mut rng)), qs }
+                        })
+                        .collect();
+                    let want = vec_dot_q2_0_q8_0_model(order, &x, &y);
+                    let got = k.vec_dot_q2_0_q8_0(&x, &y);
+                    assert!(same(got, want), "{:?} {} case {case}: {got} vs {want}", k.isa, order.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn quantizer_matches_the_models_on_ties_and_specials() {
+        let specials = [0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, 3.0e38, -1.0, 0.5];
+        let mut rng = SmallRng::seed_from_u64(3);
+        for order in FloatOrder::ALL {
+            for k in simd_kernels(order) {
+                for case in 0..20_000 {
+                    let n = 32 * (1 + case % 6);
+                    let x: Vec<f32> = (0..n)
+                        .map(|j| match case % 4 {
+                            0 if j % 32 == 0 => 127.0,
+                            0 => rng.gen_range(-127i32..127) as f32 + 0.5,
+                            1 if rng.gen_ratio(1, 8) => specials[rng.gen_range(0..specials.len())],
+                            2 => f32::from_bits(rng.gen()),
+                            _ => rng.gen_range(-2.0f32..2.0),
+                        })
+                        .collect();
+                    let mut a = vec![BlockQ8_0::default(); n / 32];
+                    let mut b = a.clone();
+                    quantize_row_q8_0_model(order, &x, &mut a);
+                    k.quantize_row_q8_0(&x, &mut b);
+                    assert_eq!(a, b, "{:?} {} case {case}", k.isa, order.name());
+                }
+            }
+        }
+    }
+}
