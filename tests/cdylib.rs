@@ -19,9 +19,15 @@ fn run_bits(isa: &str, cases: &str) {
     assert!(out.status.success(), "bits via cdylib at {isa} failed");
     assert!(stdout.contains(" 0 mismatches"), "{stdout}");
     for build in ["haswell", "x64"] {
-        for sym in ["ggml_vec_dot_q2_0_q8_0", "quantize_row_q8_0", "dequantize_row_q2_0"] {
+        for sym in [
+            "ggml_vec_dot_q2_0_q8_0",
+            "quantize_row_q8_0",
+            "dequantize_row_q2_0",
+        ] {
             assert!(
-                stdout.lines().any(|l| l.contains(build) && l.contains(sym) && l.contains("cdylib")),
+                stdout
+                    .lines()
+                    .any(|l| l.contains(build) && l.contains(sym) && l.contains("cdylib")),
                 "no {build} {sym} line"
             );
         }
@@ -48,31 +54,64 @@ fn expect_usage_error(args: &[&str], needle: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
     assert!(stderr.contains(needle), "{args:?}: {stderr}");
-    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn cli_rejects_bad_input_with_exit_code_2() {
-    expect_usage_error(&["bits", "--symbol", "ggml_vec_dot_q9_0_q8_0"], "unknown symbol");
+    expect_usage_error(
+        &["bits", "--symbol", "ggml_vec_dot_q9_0_q8_0"],
+        "unknown symbol",
+    );
     expect_usage_error(&["speed", "--shapes", "4096x100"], "bad shape");
     expect_usage_error(&["speed", "--shapes", "axb"], "bad shape");
-    expect_usage_error(&["bits", "--via", "cdylib", "--lib", "/nonexistent/libggml_lowbit.so"], "library not found");
+    expect_usage_error(
+        &[
+            "bits",
+            "--via",
+            "cdylib",
+            "--lib",
+            "/nonexistent/libggml_lowbit.so",
+        ],
+        "library not found",
+    );
     expect_usage_error(&["frobnicate"], "unrecognized subcommand");
 }
 
 #[test]
 fn configuration_is_read_from_the_environment_and_bad_values_abort() {
-    let out = harness().args(["config"]).env("GGML_LOWBIT_MATCH", "x64").env("GGML_LOWBIT_ISA", "avx2").output().unwrap();
+    let out = harness()
+        .args(["config"])
+        .env("GGML_LOWBIT_MATCH", "x64")
+        .env("GGML_LOWBIT_ISA", "avx2")
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("float order (stock build matched): x64"), "{stdout}");
+    assert!(
+        stdout.contains("float order (stock build matched): x64"),
+        "{stdout}"
+    );
     let best = ggml_lowbit::dispatch::detected_isa();
     let want = best.min(ggml_lowbit::dispatch::Isa::Avx2).name();
-    assert!(stdout.contains(&format!("instruction set: {want}")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("instruction set: {want}")),
+        "{stdout}"
+    );
 
     // An unknown value must not silently pick a build: the library says so and aborts.
-    let out = harness().args(["config"]).env("GGML_LOWBIT_MATCH", "skylake").output().unwrap();
+    let out = harness()
+        .args(["config"])
+        .env("GGML_LOWBIT_MATCH", "skylake")
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains("GGML_LOWBIT_MATCH=\"skylake\" is not one of haswell, x64"), "{stderr}");
+    assert!(
+        stderr.contains("GGML_LOWBIT_MATCH=\"skylake\" is not one of haswell, x64"),
+        "{stderr}"
+    );
 }

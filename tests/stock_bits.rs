@@ -7,12 +7,16 @@ use ggml_lowbit::stock::StockLib;
 use ggml_lowbit::FloatOrder;
 
 fn check(order: FloatOrder, seed: u64) {
-    let stock = StockLib::load(order).unwrap_or_else(|e| panic!("stock {} unavailable: {e}", order.name()));
+    let stock =
+        StockLib::load(order).unwrap_or_else(|e| panic!("stock {} unavailable: {e}", order.name()));
     let subjects = bits::rlib_subjects(order);
     assert!(!subjects.is_empty());
     let reports = bits::run(&stock, &subjects, 200_000, seed, || {}).expect("stock symbols");
     for r in &reports {
-        println!("{} {} {}: {} cases, {} mismatches, {} NaN pairs", r.build, r.symbol, r.subject, r.cases, r.mismatches, r.nan_pairs);
+        println!(
+            "{} {} {}: {} cases, {} mismatches, {} NaN pairs",
+            r.build, r.symbol, r.subject, r.cases, r.mismatches, r.nan_pairs
+        );
         assert_eq!(r.cases, 200_000);
     }
     let bad: Vec<_> = reports.iter().filter(|r| r.mismatches > 0).collect();
@@ -38,8 +42,20 @@ fn bit_test_catches_the_wrong_float_order() {
         FloatOrder::X64,
     ))];
     let reports = bits::run(&stock, &wrong, 5_000, 3, || {}).expect("stock symbols");
-    let dot = reports.iter().find(|r| r.symbol == "ggml_vec_dot_q2_0_q8_0").unwrap();
-    let quant = reports.iter().find(|r| r.symbol == "quantize_row_q8_0").unwrap();
-    assert!(dot.mismatches > 0, "the FMA and non-FMA chains must differ somewhere in 5000 cases");
-    assert!(quant.mismatches > 0, "round-half-even and round-half-away must differ on the tie cases");
+    let dot = reports
+        .iter()
+        .find(|r| r.symbol == "ggml_vec_dot_q2_0_q8_0")
+        .unwrap();
+    let quant = reports
+        .iter()
+        .find(|r| r.symbol == "quantize_row_q8_0")
+        .unwrap();
+    assert!(
+        dot.mismatches > 0,
+        "the FMA and non-FMA chains must differ somewhere in 5000 cases"
+    );
+    assert!(
+        quant.mismatches > 0,
+        "round-half-even and round-half-away must differ on the tie cases"
+    );
 }

@@ -14,8 +14,13 @@ use super::cases::{Gen, Q2_0_BYTES, Q8_0_BYTES};
 use crate::stock::{QuantizeRowFn, VecDotFn};
 
 /// The Bonsai-8B (Qwen3-8B) projection shapes: rows × columns.
-pub const BONSAI_8B_SHAPES: [(usize, usize); 5] =
-    [(4096, 4096), (1024, 4096), (12288, 4096), (4096, 12288), (151669, 4096)];
+pub const BONSAI_8B_SHAPES: [(usize, usize); 5] = [
+    (4096, 4096),
+    (1024, 4096),
+    (12288, 4096),
+    (4096, 12288),
+    (151669, 4096),
+];
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct SpeedRow {
@@ -53,22 +58,31 @@ impl MatVec {
         let row_bytes = nb * Q2_0_BYTES;
         let mut weights = vec![0u8; rows * row_bytes];
         // Rows are generated in parallel from per-row seeds so 151669-row matrices take well under a second.
-        weights.par_chunks_mut(row_bytes).enumerate().for_each(|(r, row)| {
-            let mut g = Gen::new(seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            for b in 0..nb {
-                let blk = &mut row[b * Q2_0_BYTES..(b + 1) * Q2_0_BYTES];
-                let d = half::f16::from_f32(g.rng.gen_range(0.01..0.05)).to_bits();
-                blk[..2].copy_from_slice(&d.to_le_bytes());
-                for q in &mut blk[2..] {
-                    let mut v = 0u8;
-                    for s in 0..4 {
-                        let x = g.rng.gen_range(0..100);
-                        v |= (if x < 31 { 0 } else if x < 69 { 1 } else { 2 }) << (2 * s);
+        weights
+            .par_chunks_mut(row_bytes)
+            .enumerate()
+            .for_each(|(r, row)| {
+                let mut g = Gen::new(seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                for b in 0..nb {
+                    let blk = &mut row[b * Q2_0_BYTES..(b + 1) * Q2_0_BYTES];
+                    let d = half::f16::from_f32(g.rng.gen_range(0.01..0.05)).to_bits();
+                    blk[..2].copy_from_slice(&d.to_le_bytes());
+                    for q in &mut blk[2..] {
+                        let mut v = 0u8;
+                        for s in 0..4 {
+                            let x = g.rng.gen_range(0..100);
+                            v |= (if x < 31 {
+                                0
+                            } else if x < 69 {
+                                1
+                            } else {
+                                2
+                            }) << (2 * s);
+                        }
+                        *q = v;
                     }
-                    *q = v;
                 }
-            }
-        });
+            });
         let mut g = Gen::new(seed.wrapping_add(1));
         let mut act = vec![0u8; cols / 32 * Q8_0_BYTES];
         for blk in act.chunks_exact_mut(Q8_0_BYTES) {
@@ -78,7 +92,12 @@ impl MatVec {
                 *q = g.rng.gen::<i8>() as u8;
             }
         }
-        MatVec { rows, cols, weights, act }
+        MatVec {
+            rows,
+            cols,
+            weights,
+            act,
+        }
     }
 
     /// One mat-vec through `f`, rows split in `threads` contiguous chunks.
@@ -89,13 +108,15 @@ impl MatVec {
         let n = self.cols as i32;
         let act = self.act.as_ptr() as usize;
         pool.install(|| {
-            out.par_chunks_mut(chunk).zip(self.weights.par_chunks(chunk * row_bytes)).for_each(|(o, w)| {
-                for (r, s) in o.iter_mut().enumerate() {
-                    let row = w[r * row_bytes..].as_ptr() as *const c_void;
-                    // SAFETY: `row` holds `cols/64` blocks, the activation `cols/32`, `s` is one float.
-                    unsafe { f(n, s, 0, row, 0, act as *const c_void, 0, 1) };
-                }
-            })
+            out.par_chunks_mut(chunk)
+                .zip(self.weights.par_chunks(chunk * row_bytes))
+                .for_each(|(o, w)| {
+                    for (r, s) in o.iter_mut().enumerate() {
+                        let row = w[r * row_bytes..].as_ptr() as *const c_void;
+                        // SAFETY: `row` holds `cols/64` blocks, the activation `cols/32`, `s` is one float.
+                        unsafe { f(n, s, 0, row, 0, act as *const c_void, 0, 1) };
+                    }
+                })
         });
     }
 }
@@ -108,13 +129,19 @@ pub fn time_vec_dot(
     threads: usize,
     reps: usize,
 ) -> Result<SpeedRow, String> {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| e.to_string())?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut a = vec![0f32; m.rows];
     let mut b = vec![0f32; m.rows];
     m.run(ours, &mut a, &pool);
     m.run(stock, &mut b, &pool);
     if let Some(r) = (0..m.rows).find(|&r| a[r].to_bits() != b[r].to_bits()) {
-        return Err(format!("{}x{}: row {r} differs from stock: {} vs {}", m.rows, m.cols, a[r], b[r]));
+        return Err(format!(
+            "{}x{}: row {r} differs from stock: {} vs {}",
+            m.rows, m.cols, a[r], b[r]
+        ));
     }
     let (mut to, mut ts) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
     for rep in 0..reps {
@@ -144,7 +171,12 @@ pub fn time_vec_dot(
 }
 
 /// Interleaved timing of `quantize_row_q8_0` on one activation of `cols` floats (many calls per sample).
-pub fn time_quantize(cols: usize, ours: QuantizeRowFn, stock: QuantizeRowFn, reps: usize) -> Result<SpeedRow, String> {
+pub fn time_quantize(
+    cols: usize,
+    ours: QuantizeRowFn,
+    stock: QuantizeRowFn,
+    reps: usize,
+) -> Result<SpeedRow, String> {
     let mut g = Gen::new(7);
     let x: Vec<f32> = (0..cols).map(|_| g.rng.gen_range(-3.0f32..3.0)).collect();
     let mut ya = vec![0u8; cols / 32 * Q8_0_BYTES];
@@ -161,7 +193,9 @@ pub fn time_quantize(cols: usize, ours: QuantizeRowFn, stock: QuantizeRowFn, rep
     once(ours, &mut ya);
     once(stock, &mut yb);
     if ya != yb {
-        return Err(format!("quantize_row_q8_0 {cols}: output differs from stock"));
+        return Err(format!(
+            "quantize_row_q8_0 {cols}: output differs from stock"
+        ));
     }
     let (mut to, mut ts) = (Vec::new(), Vec::new());
     for rep in 0..reps {

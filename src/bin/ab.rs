@@ -18,7 +18,11 @@ use tabled::settings::Style;
 use tabled::{Table, Tabled};
 
 #[derive(Parser)]
-#[command(name = "ggml-lowbit-ab", version, about = "A/B harness: ggml-lowbit against the pinned stock llama.cpp")]
+#[command(
+    name = "ggml-lowbit-ab",
+    version,
+    about = "A/B harness: ggml-lowbit against the pinned stock llama.cpp"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -106,10 +110,23 @@ fn main() -> ExitCode {
     }));
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Bits { cases, seed, build, via, lib, symbol } => cmd_bits(cases, seed, build, via, lib, &symbol),
-        Command::Speed { shapes, reps, threads, build, lib, symbol, out } => {
-            cmd_speed(&shapes, reps, &threads, build, lib, &symbol, &out)
-        }
+        Command::Bits {
+            cases,
+            seed,
+            build,
+            via,
+            lib,
+            symbol,
+        } => cmd_bits(cases, seed, build, via, lib, &symbol),
+        Command::Speed {
+            shapes,
+            reps,
+            threads,
+            build,
+            lib,
+            symbol,
+            out,
+        } => cmd_speed(&shapes, reps, &threads, build, lib, &symbol, &out),
         Command::Config { lib } => cmd_config(lib),
     };
     match outcome {
@@ -124,7 +141,10 @@ fn main() -> ExitCode {
 fn check_symbols(wanted: &[String], known: &[&str]) -> Result<()> {
     for w in wanted {
         if !known.contains(&w.as_str()) {
-            return Err(format!("unknown symbol {w:?} (known: {})", known.join(", ")));
+            return Err(format!(
+                "unknown symbol {w:?} (known: {})",
+                known.join(", ")
+            ));
         }
     }
     Ok(())
@@ -140,7 +160,10 @@ fn default_lib(lib: Option<PathBuf>) -> Result<PathBuf> {
             .join("libggml_lowbit.so"),
     };
     if !path.is_file() {
-        return Err(format!("library not found: {} (build it with cargo build --release)", path.display()));
+        return Err(format!(
+            "library not found: {} (build it with cargo build --release)",
+            path.display()
+        ));
     }
     Ok(path)
 }
@@ -152,7 +175,8 @@ fn load_ours(lib: &Path, order: FloatOrder, scratch: &Path) -> Result<libloading
     std::fs::copy(lib, &copy).map_err(|e| format!("cannot copy {}: {e}", lib.display()))?;
     std::env::set_var("GGML_LOWBIT_MATCH", order.name());
     // SAFETY: loading our own library runs no initialisers with preconditions.
-    let l = unsafe { libloading::Library::new(&copy) }.map_err(|e| format!("cannot load {}: {e}", copy.display()))?;
+    let l = unsafe { libloading::Library::new(&copy) }
+        .map_err(|e| format!("cannot load {}: {e}", copy.display()))?;
     // SAFETY: `ggml_lowbit_float_order` returns a static NUL-terminated string.
     let chosen = unsafe {
         let f = l
@@ -162,7 +186,11 @@ fn load_ours(lib: &Path, order: FloatOrder, scratch: &Path) -> Result<libloading
     };
     std::env::remove_var("GGML_LOWBIT_MATCH");
     if chosen != order.name() {
-        return Err(format!("{} chose float order {chosen}, expected {}", copy.display(), order.name()));
+        return Err(format!(
+            "{} chose float order {chosen}, expected {}",
+            copy.display(),
+            order.name()
+        ));
     }
     Ok(l)
 }
@@ -170,7 +198,8 @@ fn load_ours(lib: &Path, order: FloatOrder, scratch: &Path) -> Result<libloading
 fn cmd_config(lib: Option<PathBuf>) -> Result<ExitCode> {
     let lib = default_lib(lib)?;
     // SAFETY: loading our own library runs no initialisers with preconditions.
-    let l = unsafe { libloading::Library::new(&lib) }.map_err(|e| format!("cannot load {}: {e}", lib.display()))?;
+    let l = unsafe { libloading::Library::new(&lib) }
+        .map_err(|e| format!("cannot load {}: {e}", lib.display()))?;
     type Getter = unsafe extern "C" fn() -> *const std::ffi::c_char;
     let get = |name: &[u8]| -> Result<String> {
         // SAFETY: both getters return static NUL-terminated strings.
@@ -181,7 +210,10 @@ fn cmd_config(lib: Option<PathBuf>) -> Result<ExitCode> {
     };
     println!("library: {}", lib.display());
     println!("instruction set: {}", get(b"ggml_lowbit_isa\0")?);
-    println!("float order (stock build matched): {}", get(b"ggml_lowbit_float_order\0")?);
+    println!(
+        "float order (stock build matched): {}",
+        get(b"ggml_lowbit_float_order\0")?
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -196,9 +228,20 @@ struct BitsLine {
     nan_pairs: u64,
 }
 
-fn cmd_bits(cases: u64, seed: u64, build: Build, via: Via, lib: Option<PathBuf>, only: &[String]) -> Result<ExitCode> {
+fn cmd_bits(
+    cases: u64,
+    seed: u64,
+    build: Build,
+    via: Via,
+    lib: Option<PathBuf>,
+    only: &[String],
+) -> Result<ExitCode> {
     check_symbols(only, &bits::SYMBOLS)?;
-    let lib = if via != Via::Rlib { Some(default_lib(lib)?) } else { None };
+    let lib = if via != Via::Rlib {
+        Some(default_lib(lib)?)
+    } else {
+        None
+    };
     let scratch = std::env::temp_dir().join(format!("ggml-lowbit-ab-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
     let mut all: Vec<SymbolReport> = Vec::new();
@@ -212,7 +255,10 @@ fn cmd_bits(cases: u64, seed: u64, build: Build, via: Via, lib: Option<PathBuf>,
         if let Some(lib) = &lib {
             let l = load_ours(lib, order, &scratch)?;
             let symbols = CSymbols::from_library(&l)?;
-            subjects.push(Subject::C { name: "cdylib".into(), symbols });
+            subjects.push(Subject::C {
+                name: "cdylib".into(),
+                symbols,
+            });
             keep_libs.push(l);
         }
         let bar = ProgressBar::new(cases).with_message(format!("bits vs stock {}", order.name()));
@@ -223,7 +269,11 @@ fn cmd_bits(cases: u64, seed: u64, build: Build, via: Via, lib: Option<PathBuf>,
         );
         let reports = bits::run(&stock, &subjects, cases, seed, || bar.inc(1))?;
         bar.finish_and_clear();
-        all.extend(reports.into_iter().filter(|r| only.is_empty() || only.contains(&r.symbol)));
+        all.extend(
+            reports
+                .into_iter()
+                .filter(|r| only.is_empty() || only.contains(&r.symbol)),
+        );
     }
     let _ = std::fs::remove_dir_all(&scratch);
     let lines: Vec<BitsLine> = all
@@ -240,18 +290,31 @@ fn cmd_bits(cases: u64, seed: u64, build: Build, via: Via, lib: Option<PathBuf>,
     println!("{}", Table::new(lines).with(Style::markdown()));
     let bad: Vec<&SymbolReport> = all.iter().filter(|r| r.mismatches > 0).collect();
     for r in &bad {
-        println!("MISMATCH {} {} {}: {}", r.build, r.symbol, r.subject, r.first_mismatch.as_deref().unwrap_or(""));
+        println!(
+            "MISMATCH {} {} {}: {}",
+            r.build,
+            r.symbol,
+            r.subject,
+            r.first_mismatch.as_deref().unwrap_or("")
+        );
     }
     let total: u64 = all.iter().map(|r| r.cases).sum();
     let mism: u64 = all.iter().map(|r| r.mismatches).sum();
     println!("bits: {total} comparisons, {mism} mismatches");
-    Ok(if bad.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if bad.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn parse_shape(s: &str) -> Result<(usize, usize)> {
     let bad = || format!("bad shape {s:?}: expected ROWSxCOLS with COLS a positive multiple of 64");
     let (r, c) = s.split_once('x').ok_or_else(bad)?;
-    let (r, c): (usize, usize) = (r.trim().parse().map_err(|_| bad())?, c.trim().parse().map_err(|_| bad())?);
+    let (r, c): (usize, usize) = (
+        r.trim().parse().map_err(|_| bad())?,
+        c.trim().parse().map_err(|_| bad())?,
+    );
     if r == 0 || c == 0 || c % 64 != 0 {
         return Err(bad());
     }
@@ -283,7 +346,9 @@ fn cmd_speed(
     let known = ["ggml_vec_dot_q2_0_q8_0", "quantize_row_q8_0"];
     check_symbols(only, &known)?;
     if build == Build::All {
-        return Err("speed compares against one stock build: --build haswell or --build x64".into());
+        return Err(
+            "speed compares against one stock build: --build haswell or --build x64".into(),
+        );
     }
     if reps == 0 {
         return Err("--reps must be at least 1".into());
@@ -291,14 +356,23 @@ fn cmd_speed(
     let shapes: Vec<(usize, usize)> = if shapes.is_empty() {
         BONSAI_8B_SHAPES.to_vec()
     } else {
-        shapes.iter().map(|s| parse_shape(s)).collect::<Result<_>>()?
+        shapes
+            .iter()
+            .map(|s| parse_shape(s))
+            .collect::<Result<_>>()?
     };
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let threads: Vec<usize> = threads
         .iter()
         .map(|t| match t.as_str() {
             "all" => Ok(cores),
-            t => t.parse::<usize>().ok().filter(|&n| n > 0).ok_or(format!("bad thread count {t:?}")),
+            t => t
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or(format!("bad thread count {t:?}")),
         })
         .collect::<Result<_>>()?;
     let lib = default_lib(lib)?;
@@ -317,7 +391,13 @@ fn cmd_speed(
             let m = MatVec::new(r, c, 42);
             for &t in &threads {
                 bar.set_message(format!("speed {r}x{c}, {t} thread(s)"));
-                rows.push(speed::time_vec_dot(&m, ours.vec_dot_q2_0_q8_0, st.vec_dot_q2_0_q8_0, t, reps)?);
+                rows.push(speed::time_vec_dot(
+                    &m,
+                    ours.vec_dot_q2_0_q8_0,
+                    st.vec_dot_q2_0_q8_0,
+                    t,
+                    reps,
+                )?);
                 bar.inc(1);
             }
         }
@@ -328,7 +408,12 @@ fn cmd_speed(
         cols.sort_unstable();
         cols.dedup();
         for c in cols {
-            rows.push(speed::time_quantize(c, ours.quantize_row_q8_0, st.quantize_row_q8_0, reps)?);
+            rows.push(speed::time_quantize(
+                c,
+                ours.quantize_row_q8_0,
+                st.quantize_row_q8_0,
+                reps,
+            )?);
         }
     }
     drop(ours_lib);
@@ -353,10 +438,15 @@ fn cmd_speed(
     let table = Table::new(lines).with(Style::markdown()).to_string();
     println!("{header}{table}");
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    std::fs::write(out.join("speed.md"), format!("{header}{table}\n")).map_err(|e| e.to_string())?;
-    let json = serde_json::json!({ "stock_build": order.name(), "isa": isa, "reps": reps, "rows": rows });
-    std::fs::write(out.join("speed.json"), serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?)
+    std::fs::write(out.join("speed.md"), format!("{header}{table}\n"))
         .map_err(|e| e.to_string())?;
+    let json =
+        serde_json::json!({ "stock_build": order.name(), "isa": isa, "reps": reps, "rows": rows });
+    std::fs::write(
+        out.join("speed.json"),
+        serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
     write_chart(&rows, &out.join("speed.svg"))?;
     println!("wrote {}/speed.{{md,json,svg}}", out.display());
     Ok(ExitCode::SUCCESS)
@@ -369,10 +459,22 @@ fn write_chart(rows: &[SpeedRow], path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, (960, 120 + 40 * rows.len() as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let max = rows.iter().map(|r| r.ratio).fold(1.0f64, f64::max) * 1.15;
-    let labels: Vec<String> =
-        rows.iter().map(|r| format!("{} {} t{}", r.symbol.trim_start_matches("ggml_vec_dot_"), r.shape, r.threads)).collect();
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} t{}",
+                r.symbol.trim_start_matches("ggml_vec_dot_"),
+                r.shape,
+                r.threads
+            )
+        })
+        .collect();
     let mut chart = ChartBuilder::on(&root)
-        .caption("ggml-lowbit vs stock: speed-up (stock time / ours)", ("sans-serif", 20))
+        .caption(
+            "ggml-lowbit vs stock: speed-up (stock time / ours)",
+            ("sans-serif", 20),
+        )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(260)
@@ -388,16 +490,29 @@ fn write_chart(rows: &[SpeedRow], path: &Path) -> Result<()> {
         .map_err(|x| e(&x))?;
     chart
         .draw_series(rows.iter().enumerate().map(|(i, r)| {
-            let color = if r.ratio >= 1.0 { BLUE.mix(0.7) } else { RED.mix(0.7) };
+            let color = if r.ratio >= 1.0 {
+                BLUE.mix(0.7)
+            } else {
+                RED.mix(0.7)
+            };
             Rectangle::new([(0.0, i), (r.ratio, i + 1)], color.filled())
         }))
         .map_err(|x| e(&x))?;
     chart
         .draw_series(rows.iter().enumerate().map(|(i, r)| {
-            Text::new(format!("{:.2}x", r.ratio), (r.ratio, i), ("sans-serif", 14).into_font())
+            Text::new(
+                format!("{:.2}x", r.ratio),
+                (r.ratio, i),
+                ("sans-serif", 14).into_font(),
+            )
         }))
         .map_err(|x| e(&x))?;
-    chart.draw_series(std::iter::once(PathElement::new([(1.0, 0), (1.0, rows.len())], BLACK))).map_err(|x| e(&x))?;
+    chart
+        .draw_series(std::iter::once(PathElement::new(
+            [(1.0, 0), (1.0, rows.len())],
+            BLACK,
+        )))
+        .map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))?;
     Ok(())
 }

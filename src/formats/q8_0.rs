@@ -40,7 +40,7 @@ fn maxps_lane(a: f32, b: f32) -> f32 {
 /// `i32::MIN`.
 #[inline(always)]
 pub(crate) fn cvtps2dq_lane(v: f32) -> i32 {
-    if v >= -2147483648.0 && v < 2147483648.0 {
+    if (-2147483648.0..2147483648.0).contains(&v) {
         v as i32
     } else {
         i32::MIN

@@ -103,8 +103,14 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
                 xb as *const i32,
                 d0_offsets,
             )));
-            let (s_lo, s_hi) = (_mm512_castps512_ps256(s), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s))));
-            let (d1_lo, d1_hi) = (_mm512_castps512_ps256(d1), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(d1))));
+            let (s_lo, s_hi) = (
+                _mm512_castps512_ps256(s),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s))),
+            );
+            let (d1_lo, d1_hi) = (
+                _mm512_castps512_ps256(d1),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(d1))),
+            );
             let mut lanes_d0 = [0f32; 8];
             _mm256_storeu_ps(lanes_d0.as_mut_ptr(), d0);
             let mut lanes = [0f32; 8];

@@ -39,7 +39,10 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     fn simd_kernels(order: FloatOrder) -> Vec<Kernels> {
-        let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= detected_isa()).collect();
+        let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|&i| i <= detected_isa())
+            .collect();
         if isas.is_empty() {
             eprintln!("this CPU has no AVX2: only the scalar models run here");
         }
@@ -60,19 +63,37 @@ mod tests {
                         let x: Vec<BlockQ2_0> = (0..nb)
                             .map(|b| BlockQ2_0 {
                                 d: GgmlHalf::from_bits(0x2e66 + b as u16),
-                                qs: std::array::from_fn(|j| if (j + b) % 3 == 0 { byte } else { byte.rotate_left(j as u32) }),
+                                qs: std::array::from_fn(|j| {
+                                    if (j + b) % 3 == 0 {
+                                        byte
+                                    } else {
+                                        byte.rotate_left(j as u32)
+                                    }
+                                }),
                             })
                             .collect();
                         for qfill in [-128i8, 127, 1] {
                             let y: Vec<BlockQ8_0> = (0..2 * nb)
-                                .map(|b| BlockQ8_0 {
+                                .map(|_| BlockQ8_0 {
                                     d: GgmlHalf::from_bits(0x3800 + rng.gen_range(0..0x400)),
-                                    qs: std::array::from_fn(|j| if j % 5 == 0 { qfill } else { rng.gen() }),
+                                    qs: std::array::from_fn(|j| {
+                                        if j % 5 == 0 {
+                                            qfill
+                                        } else {
+                                            rng.gen()
+                                        }
+                                    }),
                                 })
                                 .collect();
                             let want = vec_dot_q2_0_q8_0_model(order, &x, &y);
                             let got = k.vec_dot_q2_0_q8_0(&x, &y);
-                            assert_eq!(got.to_bits(), want.to_bits(), "{:?} {} byte {byte:#04x} nb {nb}", k.isa, order.name());
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{:?} {} byte {byte:#04x} nb {nb}",
+                                k.isa,
+                                order.name()
+                            );
                         }
                         let mut a = vec![0f32; 64 * nb];
                         let mut b = vec![0f32; 64 * nb];
@@ -87,31 +108,45 @@ mod tests {
 
     #[test]
     fn random_rows_with_special_scales_match_the_models() {
-        let specials = [0x0000u16, 0x8000, 0x0001, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01];
+        let specials = [
+            0x0000u16, 0x8000, 0x0001, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
+        ];
         let mut rng = SmallRng::seed_from_u64(2);
         for order in FloatOrder::ALL {
             for k in simd_kernels(order) {
                 for case in 0..20_000 {
                     let nb = 1 + case % 40;
-                    let mut scale = |rng: &mut SmallRng| {
+                    let scale = |rng: &mut SmallRng| {
                         if rng.gen_ratio(1, 30) {
                             specials[rng.gen_range(0..specials.len())]
                         } else {
                             0x2000 + rng.gen_range(0..0x1c00)
                         }
                     };
-                    let x: Vec<BlockQ2_0> =
-                        (0..nb).map(|_| BlockQ2_0 { d: GgmlHalf::from_bits(scale(&mut rng)), qs: rng.gen() }).collect();
+                    let x: Vec<BlockQ2_0> = (0..nb)
+                        .map(|_| BlockQ2_0 {
+                            d: GgmlHalf::from_bits(scale(&mut rng)),
+                            qs: rng.gen(),
+                        })
+                        .collect();
                     let y: Vec<BlockQ8_0> = (0..2 * nb)
                         .map(|_| {
                             let mut qs = [0i8; 32];
                             rng.fill(&mut qs[..]);
-                            BlockQ8_0 { d: GgmlHalf::from_bits(scale(&mut rng)), qs }
+                            BlockQ8_0 {
+                                d: GgmlHalf::from_bits(scale(&mut rng)),
+                                qs,
+                            }
                         })
                         .collect();
                     let want = vec_dot_q2_0_q8_0_model(order, &x, &y);
                     let got = k.vec_dot_q2_0_q8_0(&x, &y);
-                    assert!(same(got, want), "{:?} {} case {case}: {got} vs {want}", k.isa, order.name());
+                    assert!(
+                        same(got, want),
+                        "{:?} {} case {case}: {got} vs {want}",
+                        k.isa,
+                        order.name()
+                    );
                 }
             }
         }
@@ -119,7 +154,17 @@ mod tests {
 
     #[test]
     fn quantizer_matches_the_models_on_ties_and_specials() {
-        let specials = [0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, 3.0e38, -1.0, 0.5];
+        let specials = [
+            0.0f32,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1e-40,
+            3.0e38,
+            -1.0,
+            0.5,
+        ];
         let mut rng = SmallRng::seed_from_u64(3);
         for order in FloatOrder::ALL {
             for k in simd_kernels(order) {
