@@ -53,6 +53,11 @@ const char *ggml_lowbit_isa(void);
  */
 const char *ggml_lowbit_float_order(void);
 
+/*
+ A hash of the sources the library was built from: lets a harness or test refuse a stale build.
+ */
+const char *ggml_lowbit_source_hash(void);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -17,4 +17,5 @@ echo "== cargo clippy -D warnings"
 cargo clippy --release --all-targets -- -D warnings
 
 echo "== cargo test --release"
+cargo build --release
 cargo test --release

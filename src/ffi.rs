@@ -134,3 +134,9 @@ pub extern "C" fn ggml_lowbit_float_order() -> *const c_char {
         crate::FloatOrder::X64 => c"x64".as_ptr(),
     })
 }
+
+/// A hash of the sources the library was built from: lets a harness or test refuse a stale build.
+#[no_mangle]
+pub extern "C" fn ggml_lowbit_source_hash() -> *const c_char {
+    concat!(env!("GGML_LOWBIT_SOURCE_HASH"), "\0").as_ptr() as *const c_char
+}

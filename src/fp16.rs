@@ -27,7 +27,7 @@ impl GgmlHalf {
 }
 
 /// f16 bits → f32, exact; NaN inputs come out quiet with the payload shifted up (what F16C and ggml both do).
-pub fn f16_to_f32(h: u16) -> f32 {
+pub const fn f16_to_f32(h: u16) -> f32 {
     let sign = ((h & 0x8000) as u32) << 16;
     let exp = ((h >> 10) & 0x1f) as u32;
     let man = (h & 0x3ff) as u32;

@@ -13,6 +13,9 @@ pub mod formats;
 pub mod fp16;
 pub mod stock;
 
+/// Hash of the sources this library was built from (see `build.rs`).
+pub const SOURCE_HASH: &str = env!("GGML_LOWBIT_SOURCE_HASH");
+
 /// Which stock build's float order a result must reproduce. Builds differ in FMA contraction and in the q8_0
 /// quantizer (`formats.md` §4), so "the same bits" is always relative to one of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

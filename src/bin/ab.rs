@@ -168,6 +168,25 @@ fn default_lib(lib: Option<PathBuf>) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Refuses a libggml_lowbit.so built from other sources than this binary (cargo rebuilds the cdylib only on
+/// `cargo build`, so a test run can leave a stale one behind).
+fn check_fresh(l: &libloading::Library, path: &Path) -> Result<()> {
+    // SAFETY: `ggml_lowbit_source_hash` returns a static NUL-terminated string.
+    let theirs = unsafe {
+        let f = l
+            .get::<unsafe extern "C" fn() -> *const std::ffi::c_char>(b"ggml_lowbit_source_hash\0")
+            .map_err(|e| format!("{}: not a ggml-lowbit library: {e}", path.display()))?;
+        std::ffi::CStr::from_ptr(f()).to_string_lossy().into_owned()
+    };
+    if theirs != ggml_lowbit::SOURCE_HASH {
+        return Err(format!(
+            "{} is stale (built from other sources than this harness): run cargo build --release",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
 /// Loads a private copy of our cdylib configured for `order`: each copy has its own once-read configuration,
 /// so both float orders can be checked in one process. The copy reports the order it chose, which must match.
 fn load_ours(lib: &Path, order: FloatOrder, scratch: &Path) -> Result<libloading::Library> {
@@ -177,6 +196,7 @@ fn load_ours(lib: &Path, order: FloatOrder, scratch: &Path) -> Result<libloading
     // SAFETY: loading our own library runs no initialisers with preconditions.
     let l = unsafe { libloading::Library::new(&copy) }
         .map_err(|e| format!("cannot load {}: {e}", copy.display()))?;
+    check_fresh(&l, lib)?;
     // SAFETY: `ggml_lowbit_float_order` returns a static NUL-terminated string.
     let chosen = unsafe {
         let f = l
@@ -200,6 +220,7 @@ fn cmd_config(lib: Option<PathBuf>) -> Result<ExitCode> {
     // SAFETY: loading our own library runs no initialisers with preconditions.
     let l = unsafe { libloading::Library::new(&lib) }
         .map_err(|e| format!("cannot load {}: {e}", lib.display()))?;
+    check_fresh(&l, &lib)?;
     type Getter = unsafe extern "C" fn() -> *const std::ffi::c_char;
     let get = |name: &[u8]| -> Result<String> {
         // SAFETY: both getters return static NUL-terminated strings.

@@ -39,82 +39,112 @@ unsafe fn q2_half_pairs(codes: __m256i, idx: __m256i, q: *const u8) -> __m256i {
     }
 }
 
+/// Per-batch float terms of four blocks: for the FMA chain `(d0, sumi)`, for the unfused chain `(d0·sumi, _)`,
+/// lane `k` belonging to block `k`. Nothing here depends on the running `sumf`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m128, __m128) {
+    // SAFETY (whole body): the caller guarantees 4 whole Q2_0 blocks at `xb` and 8 q8_0 blocks at `yb`;
+    // features are enabled by the calling kernel.
+    unsafe {
+        let idx_lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+        let idx_hi = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
+        let mut h = [_mm256_setzero_si256(); 8];
+        for b in 0..4 {
+            let codes =
+                _mm256_castsi128_si256(_mm_loadu_si128(xb.add(b * Q2_BYTES + 2) as *const __m128i));
+            h[b] = q2_half_pairs(codes, idx_lo, yb.add((2 * b) * Q8_BYTES + 2));
+            h[4 + b] = q2_half_pairs(codes, idx_hi, yb.add((2 * b + 1) * Q8_BYTES + 2));
+        }
+        // Lane order of the reduced sums: halves k = 0 of blocks 0..3, then halves k = 1.
+        let a = _mm256_hadd_epi16(h[0], h[1]);
+        let b = _mm256_hadd_epi16(h[2], h[3]);
+        let c = _mm256_hadd_epi16(h[4], h[5]);
+        let d = _mm256_hadd_epi16(h[6], h[7]);
+        let g = _mm256_hadd_epi16(_mm256_hadd_epi16(a, b), _mm256_hadd_epi16(c, d));
+        let sums16 = _mm_add_epi16(_mm256_castsi256_si128(g), _mm256_extracti128_si256::<1>(g));
+        let s = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(sums16));
+
+        // Scales in the same lane order, collected with scalar moves (gathers are slow on some cores).
+        let mut d0_bits = [0u16; 8];
+        let mut d1_bits = [0u16; 8];
+        for k in 0..4 {
+            d0_bits[k] = (xb.add(k * Q2_BYTES) as *const u16).read_unaligned();
+            d1_bits[k] = (yb.add(2 * k * Q8_BYTES) as *const u16).read_unaligned();
+            d1_bits[4 + k] = (yb.add((2 * k + 1) * Q8_BYTES) as *const u16).read_unaligned();
+        }
+        let d0 = _mm_cvtph_ps(_mm_loadu_si128(d0_bits.as_ptr() as *const __m128i));
+        let d1 = _mm256_cvtph_ps(_mm_loadu_si128(d1_bits.as_ptr() as *const __m128i));
+        let (s_lo, s_hi) = (_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+        let (d1_lo, d1_hi) = (_mm256_castps256_ps128(d1), _mm256_extractf128_ps::<1>(d1));
+        if FMA {
+            (
+                d0,
+                _mm_fmadd_ps(d1_hi, s_hi, _mm_fmadd_ps(d1_lo, s_lo, _mm_setzero_ps())),
+            )
+        } else {
+            let sumi = _mm_add_ps(
+                _mm_add_ps(_mm_setzero_ps(), _mm_mul_ps(d1_lo, s_lo)),
+                _mm_mul_ps(d1_hi, s_hi),
+            );
+            (_mm_mul_ps(d0, sumi), d0)
+        }
+    }
+}
+
+/// The sequential part: four steps of `sumf = fma(d0, sumi, sumf)` (or `sumf += d0·sumi`), in block order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_batch_chain<const FMA: bool>(mut sumf: f32, terms: (__m128, __m128)) -> f32 {
+    let mut a = [0f32; 4];
+    let mut b = [0f32; 4];
+    // SAFETY: plain stores of two registers into local arrays.
+    unsafe {
+        _mm_storeu_ps(a.as_mut_ptr(), terms.0);
+        _mm_storeu_ps(b.as_mut_ptr(), terms.1);
+    }
+    for k in 0..4 {
+        sumf = if FMA {
+            a[k].mul_add(b[k], sumf)
+        } else {
+            sumf + a[k]
+        };
+    }
+    sumf
+}
+
 /// `ggml_vec_dot_q2_0_q8_0` with the haswell (`FMA = true`) or x64 (`FMA = false`) float chain.
+///
+/// Software-pipelined: the work of batch `k + 1` is issued before the sequential chain of batch `k`, so the
+/// chain runs while the next batch's vector work executes instead of behind it.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C; `y.len() >= 2 * x.len()`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
     debug_assert!(y.len() >= 2 * x.len());
-    let nb = x.len();
+    let batches = x.len() / 4;
     let xp = x.as_ptr() as *const u8;
     let yp = y.as_ptr() as *const u8;
     let mut sumf = 0.0f32;
-    let mut i = 0;
-    // SAFETY (whole loop): block i + 3 < nb, so every read below (x blocks i..i+4, q8 blocks 2i..2i+8, gathers
-    // of 4 bytes at the start of a block) stays inside the slices.
-    unsafe {
-        let idx_lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-        let idx_hi = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
-        // Lane order of the reduced sums: halves k = 0 of blocks 0..3, then halves k = 1.
-        let d1_offsets = _mm256_setr_epi32(0, 68, 136, 204, 34, 102, 170, 238);
-        let d0_offsets = _mm_setr_epi32(0, 18, 36, 54);
-        let low_words = _mm256_setr_epi8(
-            0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13, -1,
-            -1, -1, -1, -1, -1, -1, -1,
-        );
-        while i + 4 <= nb {
-            let xb = xp.add(i * Q2_BYTES);
-            let yb = yp.add(2 * i * Q8_BYTES);
-            let mut h = [_mm256_setzero_si256(); 8];
-            for b in 0..4 {
-                let codes = _mm256_castsi128_si256(_mm_loadu_si128(
-                    xb.add(b * Q2_BYTES + 2) as *const __m128i
-                ));
-                h[b] = q2_half_pairs(codes, idx_lo, yb.add((2 * b) * Q8_BYTES + 2));
-                h[4 + b] = q2_half_pairs(codes, idx_hi, yb.add((2 * b + 1) * Q8_BYTES + 2));
+    if batches > 0 {
+        // SAFETY: batch k < batches covers blocks 4k..4k+4 of x and 8k..8k+8 of y, inside the slices.
+        unsafe {
+            let at = |k: usize| (xp.add(4 * k * Q2_BYTES), yp.add(8 * k * Q8_BYTES));
+            let (xb, yb) = at(0);
+            let mut pending = q2_batch_terms::<FMA>(xb, yb);
+            for k in 1..batches {
+                let (xb, yb) = at(k);
+                let next = q2_batch_terms::<FMA>(xb, yb);
+                sumf = q2_batch_chain::<FMA>(sumf, pending);
+                pending = next;
             }
-            let a = _mm256_hadd_epi16(h[0], h[1]);
-            let b = _mm256_hadd_epi16(h[2], h[3]);
-            let c = _mm256_hadd_epi16(h[4], h[5]);
-            let d = _mm256_hadd_epi16(h[6], h[7]);
-            let g = _mm256_hadd_epi16(_mm256_hadd_epi16(a, b), _mm256_hadd_epi16(c, d));
-            let sums16 = _mm_add_epi16(_mm256_castsi256_si128(g), _mm256_extracti128_si256::<1>(g));
-            let s = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(sums16));
-
-            let d1_raw = _mm256_i32gather_epi32::<1>(yb as *const i32, d1_offsets);
-            let d1_packed =
-                _mm256_permute4x64_epi64::<0b1000>(_mm256_shuffle_epi8(d1_raw, low_words));
-            let d1 = _mm256_cvtph_ps(_mm256_castsi256_si128(d1_packed));
-            let d0_raw = _mm_i32gather_epi32::<1>(xb as *const i32, d0_offsets);
-            let d0 = _mm_cvtph_ps(_mm_shuffle_epi8(d0_raw, _mm256_castsi256_si128(low_words)));
-
-            let (s_lo, s_hi) = (_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
-            let (d1_lo, d1_hi) = (_mm256_castps256_ps128(d1), _mm256_extractf128_ps::<1>(d1));
-            let mut lanes_d0 = [0f32; 4];
-            _mm_storeu_ps(lanes_d0.as_mut_ptr(), d0);
-            if FMA {
-                let sumi = _mm_fmadd_ps(d1_hi, s_hi, _mm_fmadd_ps(d1_lo, s_lo, _mm_setzero_ps()));
-                let mut lanes = [0f32; 4];
-                _mm_storeu_ps(lanes.as_mut_ptr(), sumi);
-                for k in 0..4 {
-                    sumf = lanes_d0[k].mul_add(lanes[k], sumf);
-                }
-            } else {
-                let sumi = _mm_add_ps(
-                    _mm_add_ps(_mm_setzero_ps(), _mm_mul_ps(d1_lo, s_lo)),
-                    _mm_mul_ps(d1_hi, s_hi),
-                );
-                let mut lanes = [0f32; 4];
-                _mm_storeu_ps(lanes.as_mut_ptr(), _mm_mul_ps(d0, sumi));
-                for v in lanes {
-                    sumf += v;
-                }
-            }
-            i += 4;
+            sumf = q2_batch_chain::<FMA>(sumf, pending);
         }
     }
-    q2_0_tail::<FMA>(sumf, &x[i..], &y[2 * i..])
+    // Up to three blocks left: the scalar chain continues with the same float order.
+    let done = 4 * batches;
+    q2_0_tail::<FMA>(sumf, &x[done..], &y[2 * done..])
 }
 
 /// `dequantize_row_q2_0`: `((c − 1) as f32) · d`, eight weights per step.

@@ -52,93 +52,123 @@ unsafe fn pair_sums(a: __m512i, b: __m512i) -> __m512i {
     }
 }
 
+/// Per-batch float terms of eight blocks: for the FMA chain `(d0, sumi)`, for the unfused chain `(d0·sumi, _)`,
+/// lane `k` belonging to block `k`. Everything up to here is independent of the running `sumf`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m256, __m256) {
+    // SAFETY (whole body): the caller guarantees 8 whole Q2_0 blocks at `xb` and 16 q8_0 blocks at `yb`; the
+    // gathers read 4 bytes at the start of a block; features are enabled by the calling kernel.
+    unsafe {
+        // Lane m of the reduced vector: block m % 8, half m / 8 (see the module comment); from the level-2
+        // layout, partial p of (block b, half h) sits at lane 4b + 2h + p of the two concatenated vectors.
+        let last0 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 2, 6, 10, 14, 18, 22, 26, 30);
+        let last1 = _mm512_setr_epi32(1, 5, 9, 13, 17, 21, 25, 29, 3, 7, 11, 15, 19, 23, 27, 31);
+        // d1 in the lane order of the reduced sums (lane m: q8 block 2·(m % 8) + m / 8), collected with scalar
+        // moves (load/store ports, idle here) rather than a gather.
+        let mut d1_bits = [0u16; 16];
+        for m in 0..8 {
+            d1_bits[m] = (yb.add(2 * m * Q8_BYTES) as *const u16).read_unaligned();
+            d1_bits[8 + m] = (yb.add((2 * m + 1) * Q8_BYTES) as *const u16).read_unaligned();
+        }
+        let d1 = _mm512_cvtph_ps(_mm256_loadu_si256(d1_bits.as_ptr() as *const __m256i));
+        let mut d0_bits = [0u16; 8];
+        for (k, d) in d0_bits.iter_mut().enumerate() {
+            *d = (xb.add(k * Q2_BYTES) as *const u16).read_unaligned();
+        }
+        let d0 = _mm256_cvtph_ps(_mm_loadu_si128(d0_bits.as_ptr() as *const __m128i));
+        let v: [__m512i; 8] = std::array::from_fn(|b| {
+            let q0 = yb.add(2 * b * Q8_BYTES + 2);
+            q2_block_partials(xb.add(b * Q2_BYTES + 2), q0, q0.add(Q8_BYTES))
+        });
+        let w = [
+            pair_sums(v[0], v[1]),
+            pair_sums(v[2], v[3]),
+            pair_sums(v[4], v[5]),
+            pair_sums(v[6], v[7]),
+        ];
+        let u = [pair_sums(w[0], w[1]), pair_sums(w[2], w[3])];
+        let sums = _mm512_add_epi32(
+            _mm512_permutex2var_epi32(u[0], last0, u[1]),
+            _mm512_permutex2var_epi32(u[0], last1, u[1]),
+        );
+        let s = _mm512_cvtepi32_ps(sums);
+        let hi = |v: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        let (s_lo, s_hi) = (_mm512_castps512_ps256(s), hi(s));
+        let (d1_lo, d1_hi) = (_mm512_castps512_ps256(d1), hi(d1));
+        if FMA {
+            (
+                d0,
+                _mm256_fmadd_ps(
+                    d1_hi,
+                    s_hi,
+                    _mm256_fmadd_ps(d1_lo, s_lo, _mm256_setzero_ps()),
+                ),
+            )
+        } else {
+            let sumi = _mm256_add_ps(
+                _mm256_add_ps(_mm256_setzero_ps(), _mm256_mul_ps(d1_lo, s_lo)),
+                _mm256_mul_ps(d1_hi, s_hi),
+            );
+            (_mm256_mul_ps(d0, sumi), d0)
+        }
+    }
+}
+
+/// The sequential part: eight steps of `sumf = fma(d0, sumi, sumf)` (or `sumf += d0·sumi`), in block order.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn q2_batch_chain<const FMA: bool>(mut sumf: f32, terms: (__m256, __m256)) -> f32 {
+    let mut a = [0f32; 8];
+    let mut b = [0f32; 8];
+    // SAFETY: plain stores of two registers into local arrays.
+    unsafe {
+        _mm256_storeu_ps(a.as_mut_ptr(), terms.0);
+        _mm256_storeu_ps(b.as_mut_ptr(), terms.1);
+    }
+    for k in 0..8 {
+        sumf = if FMA {
+            a[k].mul_add(b[k], sumf)
+        } else {
+            sumf + a[k]
+        };
+    }
+    sumf
+}
+
 /// `ggml_vec_dot_q2_0_q8_0` with the haswell (`FMA = true`) or x64 (`FMA = false`) float chain.
+///
+/// Software-pipelined: the integer and per-block float work of batch `k + 1` is issued before the sequential
+/// chain of batch `k`, so the chain (4 cycles per block) runs while the next batch's vector work executes
+/// instead of behind it.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= 2 * x.len()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
     debug_assert!(y.len() >= 2 * x.len());
-    let nb = x.len();
+    let batches = x.len() / 8;
     let xp = x.as_ptr() as *const u8;
     let yp = y.as_ptr() as *const u8;
     let mut sumf = 0.0f32;
-    let mut i = 0;
-    // SAFETY (whole loop): block i + 7 < nb, so every read (x blocks i..i+8, q8 blocks 2i..2i+16, gathers of 4
-    // bytes at the start of a block) stays inside the slices.
-    unsafe {
-        // Lane m of the reduced vector: block m % 8, half m / 8 (see the module comment); from the level-2
-        // layout, partial p of (block b, half h) sits at lane 4b + 2h + p of the two concatenated vectors.
-        let last0 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 2, 6, 10, 14, 18, 22, 26, 30);
-        let last1 = _mm512_setr_epi32(1, 5, 9, 13, 17, 21, 25, 29, 3, 7, 11, 15, 19, 23, 27, 31);
-        let d1_offsets = _mm512_setr_epi32(
-            0, 68, 136, 204, 272, 340, 408, 476, 34, 102, 170, 238, 306, 374, 442, 510,
-        );
-        let d0_offsets = _mm256_setr_epi32(0, 18, 36, 54, 72, 90, 108, 126);
-        while i + 8 <= nb {
-            let xb = xp.add(i * Q2_BYTES);
-            let yb = yp.add(2 * i * Q8_BYTES);
-            let v: [__m512i; 8] = std::array::from_fn(|b| {
-                let q0 = yb.add(2 * b * Q8_BYTES + 2);
-                q2_block_partials(xb.add(b * Q2_BYTES + 2), q0, q0.add(Q8_BYTES))
-            });
-            let w = [
-                pair_sums(v[0], v[1]),
-                pair_sums(v[2], v[3]),
-                pair_sums(v[4], v[5]),
-                pair_sums(v[6], v[7]),
-            ];
-            let u = [pair_sums(w[0], w[1]), pair_sums(w[2], w[3])];
-            let sums = _mm512_add_epi32(
-                _mm512_permutex2var_epi32(u[0], last0, u[1]),
-                _mm512_permutex2var_epi32(u[0], last1, u[1]),
-            );
-            let s = _mm512_cvtepi32_ps(sums);
-
-            let d1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32::<1>(
-                d1_offsets,
-                yb as *const i32,
-            )));
-            let d0 = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_i32gather_epi32::<1>(
-                xb as *const i32,
-                d0_offsets,
-            )));
-            let (s_lo, s_hi) = (
-                _mm512_castps512_ps256(s),
-                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s))),
-            );
-            let (d1_lo, d1_hi) = (
-                _mm512_castps512_ps256(d1),
-                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(d1))),
-            );
-            let mut lanes_d0 = [0f32; 8];
-            _mm256_storeu_ps(lanes_d0.as_mut_ptr(), d0);
-            let mut lanes = [0f32; 8];
-            if FMA {
-                let sumi = _mm256_fmadd_ps(
-                    d1_hi,
-                    s_hi,
-                    _mm256_fmadd_ps(d1_lo, s_lo, _mm256_setzero_ps()),
-                );
-                _mm256_storeu_ps(lanes.as_mut_ptr(), sumi);
-                for k in 0..8 {
-                    sumf = lanes_d0[k].mul_add(lanes[k], sumf);
-                }
-            } else {
-                let sumi = _mm256_add_ps(
-                    _mm256_add_ps(_mm256_setzero_ps(), _mm256_mul_ps(d1_lo, s_lo)),
-                    _mm256_mul_ps(d1_hi, s_hi),
-                );
-                _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_mul_ps(d0, sumi));
-                for v in lanes {
-                    sumf += v;
-                }
+    if batches > 0 {
+        // SAFETY: batch k < batches covers blocks 8k..8k+8 of x and 16k..16k+16 of y, inside the slices.
+        unsafe {
+            let at = |k: usize| (xp.add(8 * k * Q2_BYTES), yp.add(16 * k * Q8_BYTES));
+            let (xb, yb) = at(0);
+            let mut pending = q2_batch_terms::<FMA>(xb, yb);
+            for k in 1..batches {
+                let (xb, yb) = at(k);
+                let next = q2_batch_terms::<FMA>(xb, yb);
+                sumf = q2_batch_chain::<FMA>(sumf, pending);
+                pending = next;
             }
-            i += 8;
+            sumf = q2_batch_chain::<FMA>(sumf, pending);
         }
     }
     // Up to seven blocks left: the scalar chain continues with the same float order.
-    q2_0_tail::<FMA>(sumf, &x[i..], &y[2 * i..])
+    let done = 8 * batches;
+    q2_0_tail::<FMA>(sumf, &x[done..], &y[2 * done..])
 }
 
 /// `dequantize_row_q2_0`: the same expansion as the dot product, 64 floats per block.
