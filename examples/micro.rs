@@ -38,7 +38,19 @@ fn main() {
     let kernels: Vec<Kernels> = [Isa::Avx2, Isa::Avx512]
         .map(|i| Kernels::new(i, FloatOrder::Haswell))
         .to_vec();
-    let mut times = vec![Vec::new(); kernels.len() + 1];
+    let exe = std::env::current_exe().unwrap();
+    let so = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libggml_lowbit.so");
+    // SAFETY: our own library.
+    let lib = unsafe { libloading::Library::new(&so) }.expect("cdylib");
+    // SAFETY: the export has the vec_dot signature.
+    let ours: ggml_lowbit::stock::VecDotFn =
+        unsafe { *lib.get(b"ggml_vec_dot_q2_0_q8_0\0").unwrap() };
+    let mut times = vec![Vec::new(); kernels.len() + 2];
     for _ in 0..reps {
         for (i, k) in kernels.iter().enumerate() {
             let t = Instant::now();
@@ -68,12 +80,33 @@ fn main() {
             std::hint::black_box(s);
         }
         times[kernels.len()].push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        for r in 0..rows {
+            let mut s = 0f32;
+            // SAFETY: as above.
+            unsafe {
+                ours(
+                    cols as i32,
+                    &mut s,
+                    0,
+                    x[r * rb..].as_ptr() as *const c_void,
+                    0,
+                    y.as_ptr() as *const c_void,
+                    0,
+                    1,
+                )
+            };
+            std::hint::black_box(s);
+        }
+        times[kernels.len() + 1].push(t.elapsed().as_secs_f64());
     }
     let med = |v: &mut Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
     };
     let stock_t = med(&mut times[kernels.len()]);
+    let t = med(&mut times[kernels.len() + 1]);
+    println!("cdylib export: {:.3} ms, {:.2}x", t * 1e3, stock_t / t);
     for (i, k) in kernels.iter().enumerate() {
         let t = med(&mut times[i]);
         println!(

@@ -80,9 +80,13 @@ fn cli_rejects_bad_input_with_exit_code_2() {
     );
     expect_usage_error(&["frobnicate"], "unrecognized subcommand");
     // A library that is not ours (or is ours but stale) is refused, not measured.
-    let stock = ggml_lowbit::stock::ensure_built(ggml_lowbit::FloatOrder::Haswell).expect("stock haswell");
+    let stock =
+        ggml_lowbit::stock::ensure_built(ggml_lowbit::FloatOrder::Haswell).expect("stock haswell");
     let foreign = stock.join("libggml-base.so");
-    expect_usage_error(&["config", "--lib", foreign.to_str().unwrap()], "not a ggml-lowbit library");
+    expect_usage_error(
+        &["config", "--lib", foreign.to_str().unwrap()],
+        "not a ggml-lowbit library",
+    );
 }
 
 #[test]

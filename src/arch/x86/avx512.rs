@@ -1,10 +1,14 @@
 //! AVX-512 kernels (F, BW, VL, VNNI, VBMI), same function names as `avx2.rs`.
 //!
-//! Q2_0 · q8_0: one zmm holds a whole block. Codes are expanded with `vpmovzxwq` (code word `Q` into qword `Q`)
-//! and `vpmultishiftqb` (byte `j` of qword `Q` takes the bits from offset `2·(j % 8)`), masked to 2 bits, so byte
-//! `j` is the code of weight `j`. `vpdpbusd(c, q) − vpdpbusd(1, q)` gives sixteen dword partials of `Σ(c − 1)·q`
-//! (eight per half), which a `vpermt2d` tree over eight blocks reduces to one vector: lanes 0..7 the first
-//! halves, 8..15 the second halves. The float chain follows the stock build exactly (see `avx2.rs`).
+//! Q2_0 · q8_0, eight blocks per batch:
+//! - one zmm per block: `vpmovzxwq` puts code word `Q` in qword `Q`, `vpmultishiftqb` takes the bits at offset
+//!   `2·(j % 8)` for byte `j`, a mask leaves the code of weight `j` in byte `j`;
+//! - `vpdpbusd(c, q) − vpdpbusd(1, q)` gives sixteen dword partials of `Σ(c − 1)·q` (eight per half);
+//! - the reduction uses in-lane unpacks and two 128-bit-lane shuffles (no cross-lane index permutes), which was
+//!   the fastest of the variants measured (`docs/PERFORMANCE.md`);
+//! - scales are collected with scalar moves instead of gathers (gathers are microcoded and slow on Zen 4);
+//! - the float chain follows the stock build exactly, and is software-pipelined: batch `k + 1`'s vector work is
+//!   issued before batch `k`'s sequential `sumf` steps, so the 4-cycle-per-block chain overlaps it.
 
 use std::arch::x86_64::*;
 
@@ -38,95 +42,81 @@ unsafe fn q2_block_partials(codes: *const u8, q0: *const u8, q1: *const u8) -> _
     }
 }
 
-/// Sum adjacent dword pairs of `a ++ b` (32 lanes → 16).
-#[inline(always)]
-unsafe fn pair_sums(a: __m512i, b: __m512i) -> __m512i {
-    // SAFETY: register-only AVX-512F operations, enabled by the calling kernel.
-    unsafe {
-        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-        _mm512_add_epi32(
-            _mm512_permutex2var_epi32(a, even, b),
-            _mm512_permutex2var_epi32(a, odd, b),
-        )
-    }
-}
-
-/// Per-batch float terms of eight blocks: for the FMA chain `(d0, sumi)`, for the unfused chain `(d0·sumi, _)`,
-/// lane `k` belonging to block `k`. Everything up to here is independent of the running `sumf`.
+/// Per-batch float terms of eight blocks: for the FMA chain `(d0, sumi)`, for the unfused chain `(d0·sumi, _)`.
+/// Block `k` sits in lane `CHAIN_LANES[k]`. Nothing here depends on the running `sumf`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m256, __m256) {
-    // SAFETY (whole body): the caller guarantees 8 whole Q2_0 blocks at `xb` and 16 q8_0 blocks at `yb`; the
-    // gathers read 4 bytes at the start of a block; features are enabled by the calling kernel.
+unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m512, __m512) {
+    // SAFETY (whole body): the caller guarantees 8 whole Q2_0 blocks at `xb` and 16 q8_0 blocks at `yb`;
+    // features are enabled by the calling kernel.
     unsafe {
-        // Lane m of the reduced vector: block m % 8, half m / 8 (see the module comment); from the level-2
-        // layout, partial p of (block b, half h) sits at lane 4b + 2h + p of the two concatenated vectors.
-        let last0 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 2, 6, 10, 14, 18, 22, 26, 30);
-        let last1 = _mm512_setr_epi32(1, 5, 9, 13, 17, 21, 25, 29, 3, 7, 11, 15, 19, 23, 27, 31);
-        // d1 in the lane order of the reduced sums (lane m: q8 block 2·(m % 8) + m / 8), collected with scalar
-        // moves (load/store ports, idle here) rather than a gather.
-        let mut d1_bits = [0u16; 16];
-        for m in 0..8 {
-            d1_bits[m] = (yb.add(2 * m * Q8_BYTES) as *const u16).read_unaligned();
-            d1_bits[8 + m] = (yb.add((2 * m + 1) * Q8_BYTES) as *const u16).read_unaligned();
-        }
-        let d1 = _mm512_cvtph_ps(_mm256_loadu_si256(d1_bits.as_ptr() as *const __m256i));
-        let mut d0_bits = [0u16; 8];
-        for (k, d) in d0_bits.iter_mut().enumerate() {
-            *d = (xb.add(k * Q2_BYTES) as *const u16).read_unaligned();
-        }
-        let d0 = _mm256_cvtph_ps(_mm_loadu_si128(d0_bits.as_ptr() as *const __m128i));
         let v: [__m512i; 8] = std::array::from_fn(|b| {
             let q0 = yb.add(2 * b * Q8_BYTES + 2);
             q2_block_partials(xb.add(b * Q2_BYTES + 2), q0, q0.add(Q8_BYTES))
         });
-        let w = [
-            pair_sums(v[0], v[1]),
-            pair_sums(v[2], v[3]),
-            pair_sums(v[4], v[5]),
-            pair_sums(v[6], v[7]),
+        // Reduction with in-lane unpacks only: after two levels, 128-bit lane l of r[j] holds
+        // [v[4j]_l, v[4j+1]_l, v[4j+2]_l, v[4j+3]_l] (sums of lane l's four dwords).
+        let unpack32 = |a: __m512i, b: __m512i| {
+            _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b))
+        };
+        let unpack64 = |a: __m512i, b: __m512i| {
+            _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b))
+        };
+        let r = [
+            unpack64(unpack32(v[0], v[1]), unpack32(v[2], v[3])),
+            unpack64(unpack32(v[4], v[5]), unpack32(v[6], v[7])),
         ];
-        let u = [pair_sums(w[0], w[1]), pair_sums(w[2], w[3])];
+        // A half is two 128-bit lanes: (0, 1) the first, (2, 3) the second. Lanes of the result: first halves
+        // of blocks 0..3, second halves of blocks 0..3, first halves of 4..7, second halves of 4..7.
         let sums = _mm512_add_epi32(
-            _mm512_permutex2var_epi32(u[0], last0, u[1]),
-            _mm512_permutex2var_epi32(u[0], last1, u[1]),
+            _mm512_shuffle_i32x4::<0x88>(r[0], r[1]),
+            _mm512_shuffle_i32x4::<0xdd>(r[0], r[1]),
         );
         let s = _mm512_cvtepi32_ps(sums);
-        let hi = |v: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-        let (s_lo, s_hi) = (_mm512_castps512_ps256(s), hi(s));
-        let (d1_lo, d1_hi) = (_mm512_castps512_ps256(d1), hi(d1));
+
+        // Scales in the same lane order, collected with scalar moves (the load/store ports are idle here;
+        // gathers are slow on some cores). d1 of (block 4j + b, half h) goes to lane 8j + 4h + b.
+        let mut d1_bits = [0u16; 16];
+        let mut d0_bits = [0u16; 16];
+        for j in 0..2 {
+            for b in 0..4 {
+                let blk = 4 * j + b;
+                d0_bits[8 * j + b] = (xb.add(blk * Q2_BYTES) as *const u16).read_unaligned();
+                d1_bits[8 * j + b] = (yb.add(2 * blk * Q8_BYTES) as *const u16).read_unaligned();
+                d1_bits[8 * j + 4 + b] =
+                    (yb.add((2 * blk + 1) * Q8_BYTES) as *const u16).read_unaligned();
+            }
+        }
+        let d1 = _mm512_cvtph_ps(_mm256_loadu_si256(d1_bits.as_ptr() as *const __m256i));
+        let d0 = _mm512_cvtph_ps(_mm256_loadu_si256(d0_bits.as_ptr() as *const __m256i));
+        // Swapping 128-bit lanes (0 ↔ 1, 2 ↔ 3) puts each block's second half under its first.
+        let swap = |v: __m512| _mm512_shuffle_f32x4::<0xb1>(v, v);
         if FMA {
-            (
-                d0,
-                _mm256_fmadd_ps(
-                    d1_hi,
-                    s_hi,
-                    _mm256_fmadd_ps(d1_lo, s_lo, _mm256_setzero_ps()),
-                ),
-            )
+            let first = _mm512_fmadd_ps(d1, s, _mm512_setzero_ps());
+            (d0, _mm512_fmadd_ps(swap(d1), swap(s), first))
         } else {
-            let sumi = _mm256_add_ps(
-                _mm256_add_ps(_mm256_setzero_ps(), _mm256_mul_ps(d1_lo, s_lo)),
-                _mm256_mul_ps(d1_hi, s_hi),
-            );
-            (_mm256_mul_ps(d0, sumi), d0)
+            let prod = _mm512_mul_ps(d1, s);
+            let sumi = _mm512_add_ps(_mm512_add_ps(_mm512_setzero_ps(), prod), swap(prod));
+            (_mm512_mul_ps(d0, sumi), d0)
         }
     }
 }
 
+/// Lane of block `k` in `q2_batch_terms`' result.
+const CHAIN_LANES: [usize; 8] = [0, 1, 2, 3, 8, 9, 10, 11];
+
 /// The sequential part: eight steps of `sumf = fma(d0, sumi, sumf)` (or `sumf += d0·sumi`), in block order.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn q2_batch_chain<const FMA: bool>(mut sumf: f32, terms: (__m256, __m256)) -> f32 {
-    let mut a = [0f32; 8];
-    let mut b = [0f32; 8];
+unsafe fn q2_batch_chain<const FMA: bool>(mut sumf: f32, terms: (__m512, __m512)) -> f32 {
+    let mut a = [0f32; 16];
+    let mut b = [0f32; 16];
     // SAFETY: plain stores of two registers into local arrays.
     unsafe {
-        _mm256_storeu_ps(a.as_mut_ptr(), terms.0);
-        _mm256_storeu_ps(b.as_mut_ptr(), terms.1);
+        _mm512_storeu_ps(a.as_mut_ptr(), terms.0);
+        _mm512_storeu_ps(b.as_mut_ptr(), terms.1);
     }
-    for k in 0..8 {
+    for k in CHAIN_LANES {
         sumf = if FMA {
             a[k].mul_add(b[k], sumf)
         } else {
