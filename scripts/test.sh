@@ -17,5 +17,15 @@ echo "== cargo clippy -D warnings"
 cargo clippy --release --all-targets -- -D warnings
 
 echo "== cargo test --release"
+# The cdylib is only rebuilt by `cargo build`; the tests refuse a stale one.
 cargo build --release
-cargo test --release
+log=$(mktemp)
+set +e
+cargo test --release 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+summary=$(awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+               END { printf "tests: %d passed, %d failed", p, f }' "$log")
+rm -f "$log"
+echo "$summary"
+exit "$status"
