@@ -100,8 +100,8 @@ impl Gen {
             blk[..2].copy_from_slice(&d.to_le_bytes());
             for (j, q) in blk[2..].iter_mut().enumerate() {
                 *q = match style {
-                    0 => ((case as usize * 16 + b * 16 + j) % 256) as u8, // every byte value in every position
-                    1 => 0xff,                                            // code 3 everywhere
+                    0 => ((case as usize + 7 * b + 31 * j) % 256) as u8, // every byte value in every position
+                    1 => 0xff,                                           // code 3 everywhere
                     2 => {
                         // ternary 31/38/31 %
                         let mut v = 0u8;
