@@ -3,8 +3,8 @@
 #
 #   scripts/stock-llama.sh haswell|x64
 #
-# Prints, as its last line on stdout, the folder holding libggml-cpu.so and libggml-base.so (and, for haswell,
-# llama-bench, llama-completion, llama-perplexity and test-quantize-fns). Idempotent: a finished build is reused.
+# Prints, as its last line on stdout, the folder holding libggml-cpu.so, libggml-base.so and test-quantize-fns
+# (and, for haswell, llama-bench, llama-completion and llama-perplexity). Idempotent: a finished build is reused.
 # Cache root: $GGML_LOWBIT_STOCK_DIR, default ~/.cache/ggml-lowbit/stock-0.3.36. Everything else goes to stderr.
 set -euo pipefail
 
@@ -18,18 +18,26 @@ case "$variant" in
   haswell)
     isa=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
          -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_SSE42=ON)
-    tools=ON ;;
+    tools=ON
+    programs=(llama-bench llama-completion llama-perplexity test-quantize-fns) ;;
   x64)
     isa=(-DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF
          -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_SSE42=OFF)
-    tools=OFF ;;
+    tools=OFF
+    programs=(test-quantize-fns) ;;
   *) die "usage: scripts/stock-llama.sh haswell|x64" ;;
 esac
 
 root=${GGML_LOWBIT_STOCK_DIR:-$HOME/.cache/ggml-lowbit/stock-$VERSION}
 out="$root/$variant"
 stamp="$out/.complete"
-if [ -f "$stamp" ]; then
+complete() {
+  [ -f "$stamp" ] || return 1
+  for p in libggml-cpu.so libggml-base.so "${programs[@]}"; do
+    [ -e "$out/$p" ] || return 1
+  done
+}
+if complete; then
   echo "$out"
   exit 0
 fi
@@ -80,22 +88,17 @@ cmake -S "$src" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
   -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=OFF -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-  -DLLAMA_BUILD_TESTS=$tools -DLLAMA_BUILD_TOOLS=$tools \
+  -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=$tools \
   "${isa[@]}" >&2 || die "cmake configure ($variant) failed"
 
-targets=(ggml-cpu ggml-base)
-if [ "$tools" = ON ]; then
-  targets+=(llama-bench llama-completion llama-perplexity test-quantize-fns)
-fi
+targets=(ggml-cpu ggml-base "${programs[@]}")
 cmake --build "$build" --target "${targets[@]}" >&2 || die "build ($variant) failed"
 
 rm -rf "$out"
 mkdir -p "$out"
 cp -a "$build"/bin/*.so* "$out"/
-if [ "$tools" = ON ]; then
-  for t in llama-bench llama-completion llama-perplexity test-quantize-fns; do
-    cp -a "$build/bin/$t" "$out/"
-  done
-fi
+for t in "${programs[@]}"; do
+  cp -a "$build/bin/$t" "$out/"
+done
 touch "$stamp"
 echo "$out"

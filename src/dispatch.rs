@@ -2,8 +2,9 @@
 //!
 //! - Instruction set: the best this CPU has (`Avx512` needs F/BW/VL/VNNI/VBMI plus AVX2/FMA/F16C, `Avx2` needs
 //!   AVX2/FMA/F16C), capped by `GGML_LOWBIT_ISA=scalar|avx2|avx512` (a cap never raises it past the CPU).
-//! - Float order: the stock build a release llama.cpp would load on this CPU (AVX2+FMA+F16C → haswell, else
-//!   x64), overridden by `GGML_LOWBIT_MATCH=haswell|x64`.
+//! - Float order: `GGML_LOWBIT_MATCH=haswell|x64` if set; else, in front of a stock ggml, what a probe of the
+//!   stock symbols shows (`interpose.rs`); else the build a release llama.cpp would load on this CPU
+//!   (AVX2+FMA+F16C → haswell, else x64).
 //!
 //! An unknown value in either variable is a configuration error: the library says so on stderr and aborts
 //! rather than return bits from a build the user did not ask for.
@@ -178,7 +179,11 @@ fn scalar_quantize_x64(x: &[f32], y: &mut [BlockQ8_0]) {
     q8_0::quantize_row_q8_0_model(FloatOrder::X64, x, y)
 }
 
-fn env_choice<T>(name: &str, parse: impl Fn(&str) -> Option<T>, allowed: &str) -> Option<T> {
+pub(crate) fn env_choice<T>(
+    name: &str,
+    parse: impl Fn(&str) -> Option<T>,
+    allowed: &str,
+) -> Option<T> {
     let value = std::env::var(name).ok()?;
     if value.is_empty() {
         return None;
@@ -189,14 +194,8 @@ fn env_choice<T>(name: &str, parse: impl Fn(&str) -> Option<T>, allowed: &str) -
     }
 }
 
-/// The table every export uses, built on first use from the CPU and the environment.
+/// The table every export uses, built on first use from the CPU, the environment and (when the library is in
+/// front of a stock ggml) a probe of the stock symbols: see `interpose`.
 pub fn active() -> &'static Kernels {
-    static ACTIVE: OnceLock<Kernels> = OnceLock::new();
-    ACTIVE.get_or_init(|| {
-        let order = env_choice("GGML_LOWBIT_MATCH", FloatOrder::parse, "haswell, x64")
-            .unwrap_or_else(default_order);
-        let isa = env_choice("GGML_LOWBIT_ISA", Isa::parse, "scalar, avx2, avx512")
-            .unwrap_or(Isa::Avx512);
-        Kernels::new(isa, order)
-    })
+    &crate::interpose::config().kernels
 }

@@ -1,4 +1,5 @@
-//! The C ABI: ggml's own symbol names and signatures, each a thin line over the dispatcher.
+//! The C ABI: ggml's own symbol names and signatures, each a thin line over `interpose` (which serves a call
+//! with our kernels, the stock symbol, or both) and the dispatcher.
 //!
 //! Behaviour at the boundary, identical to a stock release build:
 //! - `n` (or `k`) not a multiple of the block size: the tail past the last whole block is ignored; `n ≤ 0`
@@ -10,8 +11,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use crate::dispatch::active;
-use crate::formats::q2_0::QK2_0;
-use crate::formats::q8_0::QK8_0;
+use crate::interpose;
 
 /// Prints `ggml-lowbit: <message>` on stderr and aborts: for errors that must not go on silently.
 pub fn fatal(message: &str) -> ! {
@@ -25,41 +25,6 @@ fn guard<R>(symbol: &str, f: impl FnOnce() -> R) -> R {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(_) => fatal(&format!("internal error in {symbol}; aborting")),
-    }
-}
-
-/// Whole blocks in `n` values, as C's `n / qk` for `n ≥ 0` (and none for a negative `n`).
-#[inline(always)]
-fn whole_blocks(n: i64, qk: usize) -> usize {
-    if n > 0 {
-        // ggml keeps the block count in an `int`.
-        (n / qk as i64).min(c_int::MAX as i64) as usize
-    } else {
-        0
-    }
-}
-
-/// # Safety
-/// `len` elements of `T` must be readable at `p` (which may be null when `len == 0`).
-#[inline(always)]
-unsafe fn slice_in<'a, T>(p: *const c_void, len: usize) -> &'a [T] {
-    if len == 0 {
-        &[]
-    } else {
-        // SAFETY: the caller guarantees `len` readable elements; `T` has alignment 1 for every block type.
-        unsafe { std::slice::from_raw_parts(p as *const T, len) }
-    }
-}
-
-/// # Safety
-/// `len` elements of `T` must be writable at `p` (which may be null when `len == 0`).
-#[inline(always)]
-unsafe fn slice_out<'a, T>(p: *mut c_void, len: usize) -> &'a mut [T] {
-    if len == 0 {
-        &mut []
-    } else {
-        // SAFETY: as `slice_in`, for writing; ggml never aliases a kernel's input and output.
-        unsafe { std::slice::from_raw_parts_mut(p as *mut T, len) }
     }
 }
 
@@ -78,11 +43,9 @@ pub unsafe extern "C" fn ggml_vec_dot_q2_0_q8_0(
     by: usize,
     nrc: c_int,
 ) {
-    let _ = (bs, bx, by, nrc);
-    guard("ggml_vec_dot_q2_0_q8_0", || {
-        let nb = whole_blocks(n as i64, QK2_0);
-        // SAFETY: ggml's contract for this symbol (see above).
-        unsafe { *s = active().vec_dot_q2_0_q8_0(slice_in(vx, nb), slice_in(vy, 2 * nb)) }
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_vec_dot_q2_0_q8_0", || unsafe {
+        interpose::vec_dot_q2_0_q8_0(n, s, bs, vx, bx, vy, by, nrc)
     })
 }
 
@@ -92,12 +55,9 @@ pub unsafe extern "C" fn ggml_vec_dot_q2_0_q8_0(
 /// As ggml's: `x` holds `k` floats, `vy` has room for `k/32` blocks.
 #[no_mangle]
 pub unsafe extern "C" fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
-    guard("quantize_row_q8_0", || {
-        let nb = whole_blocks(k, QK8_0);
-        // SAFETY: ggml's contract for this symbol.
-        unsafe {
-            active().quantize_row_q8_0(slice_in(x as *const c_void, nb * QK8_0), slice_out(vy, nb))
-        }
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("quantize_row_q8_0", || unsafe {
+        interpose::quantize_row_q8_0(x, vy, k)
     })
 }
 
@@ -107,12 +67,9 @@ pub unsafe extern "C" fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i6
 /// As ggml's: `vx` holds `k/64` blocks, `y` has room for `k` floats.
 #[no_mangle]
 pub unsafe extern "C" fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
-    guard("dequantize_row_q2_0", || {
-        let nb = whole_blocks(k, QK2_0);
-        // SAFETY: ggml's contract for this symbol.
-        unsafe {
-            active().dequantize_row_q2_0(slice_in(vx, nb), slice_out(y as *mut c_void, nb * QK2_0))
-        }
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("dequantize_row_q2_0", || unsafe {
+        interpose::dequantize_row_q2_0(vx, y, k)
     })
 }
 

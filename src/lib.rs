@@ -11,6 +11,7 @@ pub mod dispatch;
 pub mod ffi;
 pub mod formats;
 pub mod fp16;
+pub mod interpose;
 pub mod stock;
 
 /// Hash of the sources this library was built from (see `build.rs`).

@@ -1,0 +1,474 @@
+//! How each export is served when the library sits in front of a stock ggml (`LD_PRELOAD`): by our kernels, by
+//! the stock symbol it shadows, or by both with a comparison.
+//!
+//! - The stock symbols are found once with `dlsym(RTLD_NEXT, name)`; when the library is not in front of a ggml
+//!   (linked on its own, or loaded with `dlopen` by the harness) there are none and our kernels serve every call.
+//! - Float order: `GGML_LOWBIT_MATCH` if set; otherwise, with the stock symbols present, a probe on the first
+//!   call runs inputs on which the two orders give different bits through stock and follows what it reproduces;
+//!   otherwise the order a release build would use on this CPU. A stock library that matches neither order
+//!   (a build this library does not model) gets every call passed through, with a warning.
+//! - `GGML_LOWBIT_DISABLE=1`: every call goes to stock. `GGML_LOWBIT_VERIFY=1`: stock runs beside ours on every
+//!   call, our result is returned, and a summary line is printed at exit; `GGML_LOWBIT_VERIFY=abort` aborts with
+//!   a message on the first difference. `GGML_LOWBIT_LOG=1` prints the choices once and call counts at exit.
+//!
+//! Counters are only touched when logging or verifying, so the normal path adds no shared writes.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
+
+use crate::dispatch::{default_order, env_choice, Isa, Kernels};
+use crate::formats::q2_0::{vec_dot_q2_0_q8_0_fma_model, vec_dot_q2_0_q8_0_nofma_model, BlockQ2_0};
+use crate::formats::q8_0::{
+    quantize_block_q8_0_avx_model, quantize_block_q8_0_ref_model, BlockQ8_0,
+};
+use crate::formats::RawBlock;
+use crate::fp16::GgmlHalf;
+use crate::stock::{DequantizeRowFn, QuantizeRowFn, VecDotFn};
+use crate::FloatOrder;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Our kernels serve every call.
+    Serve,
+    /// Every call goes to the stock symbol.
+    Disable,
+    /// Both run; ours is returned; differences are counted (and abort when `abort`).
+    Verify { abort: bool },
+}
+
+/// The stock symbols this library shadows, when it is in front of a ggml.
+#[derive(Clone, Copy, Default)]
+pub struct Next {
+    pub vec_dot_q2_0_q8_0: Option<VecDotFn>,
+    pub quantize_row_q8_0: Option<QuantizeRowFn>,
+    pub dequantize_row_q2_0: Option<DequantizeRowFn>,
+}
+
+pub struct Config {
+    pub mode: Mode,
+    pub log: bool,
+    pub next: Next,
+    pub kernels: Kernels,
+}
+
+/// `dlsym(RTLD_NEXT, name)`, ignoring a hit on our own definition.
+fn next_symbol<T: Copy>(name: &std::ffi::CStr, ours: usize) -> Option<T> {
+    // SAFETY: dlsym with a NUL-terminated name has no other precondition.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if p.is_null() || p as usize == ours {
+        return None;
+    }
+    debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
+    // SAFETY: `T` is the function-pointer type of `name`'s ggml signature (see `find_next`).
+    Some(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
+}
+
+fn find_next() -> Next {
+    use crate::ffi;
+    Next {
+        vec_dot_q2_0_q8_0: next_symbol::<VecDotFn>(
+            c"ggml_vec_dot_q2_0_q8_0",
+            ffi::ggml_vec_dot_q2_0_q8_0 as *const () as usize,
+        ),
+        quantize_row_q8_0: next_symbol::<QuantizeRowFn>(
+            c"quantize_row_q8_0",
+            ffi::quantize_row_q8_0 as *const () as usize,
+        ),
+        dequantize_row_q2_0: next_symbol::<DequantizeRowFn>(
+            c"dequantize_row_q2_0",
+            ffi::dequantize_row_q2_0 as *const () as usize,
+        ),
+    }
+}
+
+fn parse_flag(v: &str) -> Option<bool> {
+    match v {
+        "1" => Some(true),
+        "0" => Some(false),
+        _ => None,
+    }
+}
+
+fn parse_verify(v: &str) -> Option<Option<bool>> {
+    match v {
+        "1" => Some(Some(false)),
+        "abort" => Some(Some(true)),
+        "0" => Some(None),
+        _ => None,
+    }
+}
+
+/// The configuration every export uses, built on the first call.
+pub fn config() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let log = env_choice("GGML_LOWBIT_LOG", parse_flag, "0, 1").unwrap_or(false);
+        let disable = env_choice("GGML_LOWBIT_DISABLE", parse_flag, "0, 1").unwrap_or(false);
+        let verify = env_choice("GGML_LOWBIT_VERIFY", parse_verify, "0, 1, abort").flatten();
+        let isa = env_choice("GGML_LOWBIT_ISA", Isa::parse, "scalar, avx2, avx512").unwrap_or(Isa::Avx512);
+        let matched = env_choice("GGML_LOWBIT_MATCH", FloatOrder::parse, "haswell, x64");
+        let next = find_next();
+        let have_stock = next.vec_dot_q2_0_q8_0.is_some() && next.quantize_row_q8_0.is_some();
+        let mut mode = match (disable, verify) {
+            (true, Some(_)) => crate::ffi::fatal("GGML_LOWBIT_DISABLE and GGML_LOWBIT_VERIFY exclude each other"),
+            (true, None) => Mode::Disable,
+            (false, Some(abort)) => Mode::Verify { abort },
+            (false, None) => Mode::Serve,
+        };
+        if mode != Mode::Serve && !have_stock {
+            crate::ffi::fatal(
+                "GGML_LOWBIT_DISABLE/GGML_LOWBIT_VERIFY need the stock ggml symbols behind this library \
+                 (preload it over a llama.cpp): none were found",
+            );
+        }
+        let (order, how) = match matched {
+            Some(o) => (o, "GGML_LOWBIT_MATCH"),
+            None if have_stock && mode != Mode::Disable => match probe_order(&next) {
+                Probe::Order(o) => (o, "probed against the stock library"),
+                Probe::Neither(why) => {
+                    eprintln!(
+                        "ggml-lowbit: the stock library reproduces neither modelled float order ({why}); \
+                         every call is passed to stock"
+                    );
+                    mode = Mode::Disable;
+                    (default_order(), "unmatched")
+                }
+            },
+            None => (default_order(), "this CPU's release build"),
+        };
+        let kernels = Kernels::new(isa, order);
+        if log || matches!(mode, Mode::Verify { .. }) {
+            // SAFETY: registering a plain extern "C" function with no arguments.
+            unsafe { libc::atexit(summary_at_exit) };
+        }
+        if log {
+            eprintln!(
+                "ggml-lowbit: float order {} ({how}), instruction set {}, mode {:?}, stock symbols {}",
+                order.name(),
+                kernels.isa.name(),
+                mode,
+                if have_stock { "found" } else { "not found" }
+            );
+        }
+        Config { mode, log, next, kernels }
+    })
+}
+
+static SERVED: AtomicU64 = AtomicU64::new(0);
+static PASSED: AtomicU64 = AtomicU64::new(0);
+static VERIFIED: AtomicU64 = AtomicU64::new(0);
+static MISMATCHES: AtomicU64 = AtomicU64::new(0);
+static NAN_PAIRS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn summary_at_exit() {
+    let mut line = format!(
+        "ggml-lowbit: {} calls served by ggml-lowbit, {} passed to stock\n",
+        SERVED.load(Relaxed),
+        PASSED.load(Relaxed)
+    );
+    if VERIFIED.load(Relaxed) > 0 {
+        line += &format!(
+            "ggml-lowbit verify: {} calls compared with stock, {} mismatches, {} NaN pairs\n",
+            VERIFIED.load(Relaxed),
+            MISMATCHES.load(Relaxed),
+            NAN_PAIRS.load(Relaxed)
+        );
+    }
+    // SAFETY: writing a byte buffer to stderr; std's own stderr may be torn down at exit.
+    unsafe { libc::write(2, line.as_ptr() as *const c_void, line.len()) };
+}
+
+enum Probe {
+    Order(FloatOrder),
+    Neither(String),
+}
+
+/// xorshift64: the probe's inputs are fixed, so the choice is reproducible.
+fn next_u64(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// Runs inputs on which the FMA and unfused chains, and the two q8_0 quantizers, disagree, and reports which
+/// the stock symbols reproduce.
+fn probe_order(next: &Next) -> Probe {
+    let (Some(dot), Some(quant)) = (next.vec_dot_q2_0_q8_0, next.quantize_row_q8_0) else {
+        return Probe::Neither("stock symbols missing".into());
+    };
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let (mut fma, mut unfused, mut tries) = (0, 0, 0);
+    while fma + unfused < 4 && tries < 4096 {
+        tries += 1;
+        let x: Vec<BlockQ2_0> = (0..8)
+            .map(|_| {
+                let r = next_u64(&mut state);
+                BlockQ2_0 {
+                    d: GgmlHalf::from_bits(0x2000 + (r % 0x1800) as u16),
+                    qs: std::array::from_fn(|j| {
+                        (r.rotate_left(8 * j as u32) ^ (j as u64 * 0x9d)) as u8
+                    }),
+                }
+            })
+            .collect();
+        let y: Vec<BlockQ8_0> = (0..16)
+            .map(|_| {
+                let r = next_u64(&mut state);
+                let s = next_u64(&mut state);
+                BlockQ8_0 {
+                    d: GgmlHalf::from_bits(0x2800 + (r % 0x1400) as u16),
+                    qs: std::array::from_fn(|j| {
+                        (s.rotate_left(5 * j as u32) ^ r.rotate_right(3 * j as u32)) as i8
+                    }),
+                }
+            })
+            .collect();
+        let a = vec_dot_q2_0_q8_0_fma_model(&x, &y);
+        let b = vec_dot_q2_0_q8_0_nofma_model(&x, &y);
+        if a.to_bits() == b.to_bits() {
+            continue;
+        }
+        let mut s = 0f32;
+        // SAFETY: the stock symbol has ggml's vec_dot signature; x and y hold 8 and 16 blocks for n = 512.
+        unsafe {
+            dot(
+                512,
+                &mut s,
+                0,
+                x.as_ptr() as *const c_void,
+                0,
+                y.as_ptr() as *const c_void,
+                0,
+                1,
+            )
+        };
+        if s.to_bits() == a.to_bits() {
+            fma += 1;
+        } else if s.to_bits() == b.to_bits() {
+            unfused += 1;
+        } else {
+            return Probe::Neither(format!(
+                "vec_dot gave {s:e}, models {a:e} (FMA) and {b:e} (unfused)"
+            ));
+        }
+    }
+    let dot_fma = match (fma, unfused) {
+        (f, 0) if f > 0 => true,
+        (0, u) if u > 0 => false,
+        _ => {
+            return Probe::Neither(format!(
+                "vec_dot followed FMA {fma} times and the unfused chain {unfused}"
+            ))
+        }
+    };
+    // max = 127 gives id = 1 in both quantizers, so k + 0.5 values are ties: even (AVX path) or away (reference).
+    let x: [f32; 32] = std::array::from_fn(|j| if j == 0 { 127.0 } else { j as f32 - 16.5 });
+    let mut got = BlockQ8_0::default();
+    // SAFETY: the stock symbol has ggml's quantize signature; 32 floats in, one block out.
+    unsafe { quant(x.as_ptr(), &mut got as *mut BlockQ8_0 as *mut c_void, 32) };
+    let quant_avx = if got == quantize_block_q8_0_avx_model(&x) {
+        true
+    } else if got == quantize_block_q8_0_ref_model(&x) {
+        false
+    } else {
+        return Probe::Neither("quantize_row_q8_0 matches neither quantizer".into());
+    };
+    match (dot_fma, quant_avx) {
+        (true, true) => Probe::Order(FloatOrder::Haswell),
+        (false, false) => Probe::Order(FloatOrder::X64),
+        _ => Probe::Neither(format!("FMA chain: {dot_fma}, AVX quantizer: {quant_avx}")),
+    }
+}
+
+#[inline(always)]
+fn count(c: &AtomicU64, config: &Config) {
+    if config.log || matches!(config.mode, Mode::Verify { .. }) {
+        c.fetch_add(1, Relaxed);
+    }
+}
+
+fn differs(symbol: &str, abort: bool, detail: impl FnOnce() -> String) {
+    MISMATCHES.fetch_add(1, Relaxed);
+    if abort {
+        crate::ffi::fatal(&format!(
+            "GGML_LOWBIT_VERIFY=abort: {symbol} differs from stock: {}",
+            detail()
+        ));
+    }
+}
+
+fn compare_floats(symbol: &str, abort: bool, ours: &[f32], stock: &[f32]) {
+    let mut nan = false;
+    for (i, (a, b)) in ours.iter().zip(stock).enumerate() {
+        if a.to_bits() == b.to_bits() {
+            continue;
+        }
+        if a.is_nan() && b.is_nan() {
+            nan = true;
+            continue;
+        }
+        return differs(symbol, abort, || {
+            format!("value {i}: ours {a:e}, stock {b:e}")
+        });
+    }
+    if nan {
+        NAN_PAIRS.fetch_add(1, Relaxed);
+    }
+}
+
+/// `len` elements at `p`, or an empty slice for `len == 0` (where `p` may be null).
+///
+/// # Safety
+/// `len` elements of `T` must be readable at `p`.
+unsafe fn view<'a, T: RawBlock>(p: *const c_void, len: usize) -> &'a [T] {
+    if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller guarantees `len` readable elements; `T` has alignment 1.
+        unsafe { std::slice::from_raw_parts(p as *const T, len) }
+    }
+}
+
+/// Whole blocks in `n` values, as C's `n / qk` for `n ≥ 0` (none for a negative `n`).
+#[inline(always)]
+pub fn whole_blocks(n: i64, qk: usize) -> usize {
+    if n > 0 {
+        // ggml keeps the block count in an `int`.
+        (n / qk as i64).min(c_int::MAX as i64) as usize
+    } else {
+        0
+    }
+}
+
+/// # Safety
+/// ggml's contract for `ggml_vec_dot_q2_0_q8_0`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn vec_dot_q2_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let c = config();
+    let nb = whole_blocks(n as i64, 64);
+    let ours = || {
+        // SAFETY: ggml's contract: `vx` holds `n/64` blocks and `vy` `n/32`.
+        unsafe { c.kernels.vec_dot_q2_0_q8_0(view(vx, nb), view(vy, 2 * nb)) }
+    };
+    match (c.mode, c.next.vec_dot_q2_0_q8_0) {
+        (Mode::Serve, _) | (_, None) => {
+            count(&SERVED, c);
+            // SAFETY: `s` is writable by ggml's contract.
+            unsafe { *s = ours() };
+        }
+        (Mode::Disable, Some(stock)) => {
+            count(&PASSED, c);
+            // SAFETY: the shadowed symbol, called with the caller's own arguments.
+            unsafe { stock(n, s, bs, vx, bx, vy, by, nrc) };
+        }
+        (Mode::Verify { abort }, Some(stock)) => {
+            count(&SERVED, c);
+            VERIFIED.fetch_add(1, Relaxed);
+            let mine = ours();
+            let mut theirs = 0f32;
+            // SAFETY: as above, with our own output slot.
+            unsafe { stock(n, &mut theirs, bs, vx, bx, vy, by, nrc) };
+            compare_floats("ggml_vec_dot_q2_0_q8_0", abort, &[mine], &[theirs]);
+            // SAFETY: `s` is writable by ggml's contract.
+            unsafe { *s = mine };
+        }
+    }
+}
+
+/// # Safety
+/// ggml's contract for `quantize_row_q8_0`.
+pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
+    let c = config();
+    let nb = whole_blocks(k, 32);
+    let ours = |out: &mut [BlockQ8_0]| {
+        let input = if nb == 0 {
+            &[][..]
+        } else {
+            // SAFETY: ggml's contract: `x` holds `k` floats.
+            unsafe { std::slice::from_raw_parts(x, nb * 32) }
+        };
+        c.kernels.quantize_row_q8_0(input, out)
+    };
+    let out = || -> &mut [BlockQ8_0] {
+        if nb == 0 {
+            &mut []
+        } else {
+            // SAFETY: ggml's contract: `vy` has room for `k/32` blocks.
+            unsafe { std::slice::from_raw_parts_mut(vy as *mut BlockQ8_0, nb) }
+        }
+    };
+    match (c.mode, c.next.quantize_row_q8_0) {
+        (Mode::Serve, _) | (_, None) => {
+            count(&SERVED, c);
+            ours(out());
+        }
+        (Mode::Disable, Some(stock)) => {
+            count(&PASSED, c);
+            // SAFETY: the shadowed symbol, called with the caller's own arguments.
+            unsafe { stock(x, vy, k) };
+        }
+        (Mode::Verify { abort }, Some(stock)) => {
+            count(&SERVED, c);
+            VERIFIED.fetch_add(1, Relaxed);
+            let mut theirs = vec![BlockQ8_0::default(); nb];
+            // SAFETY: as above, into our own buffer of `k/32` blocks.
+            unsafe { stock(x, theirs.as_mut_ptr() as *mut c_void, k) };
+            let mine = out();
+            ours(mine);
+            if let Some(i) = mine.iter().zip(&theirs).position(|(a, b)| a != b) {
+                differs("quantize_row_q8_0", abort, || {
+                    format!("block {i}: ours {:?}, stock {:?}", mine[i], theirs[i])
+                });
+            }
+        }
+    }
+}
+
+/// # Safety
+/// ggml's contract for `dequantize_row_q2_0`.
+pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
+    let c = config();
+    let nb = whole_blocks(k, 64);
+    // SAFETY: ggml's contract: `vx` holds `k/64` blocks.
+    let x: &[BlockQ2_0] = unsafe { view(vx, nb) };
+    let out = || -> &mut [f32] {
+        if nb == 0 {
+            &mut []
+        } else {
+            // SAFETY: ggml's contract: `y` has room for `k` floats.
+            unsafe { std::slice::from_raw_parts_mut(y, nb * 64) }
+        }
+    };
+    match (c.mode, c.next.dequantize_row_q2_0) {
+        (Mode::Serve, _) | (_, None) => {
+            count(&SERVED, c);
+            c.kernels.dequantize_row_q2_0(x, out());
+        }
+        (Mode::Disable, Some(stock)) => {
+            count(&PASSED, c);
+            // SAFETY: the shadowed symbol, called with the caller's own arguments.
+            unsafe { stock(vx, y, k) };
+        }
+        (Mode::Verify { abort }, Some(stock)) => {
+            count(&SERVED, c);
+            VERIFIED.fetch_add(1, Relaxed);
+            let mut theirs = vec![0f32; nb * 64];
+            // SAFETY: as above, into our own buffer of `k` floats.
+            unsafe { stock(vx, theirs.as_mut_ptr(), k) };
+            let mine = out();
+            c.kernels.dequantize_row_q2_0(x, mine);
+            compare_floats("dequantize_row_q2_0", abort, mine, &theirs);
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Tier 3: the built `libggml_lowbit.so` preloaded (`LD_PRELOAD`) into a real llama.cpp program of each pinned
+//! stock build: llama.cpp's own `test-quantize-fns`. Checks that the library is really called, that it chooses
+//! the right float order by probing the stock symbols, that its results equal stock's on every call
+//! (`GGML_LOWBIT_VERIFY`), that a wrong kernel is caught, and that `GGML_LOWBIT_DISABLE` passes every call on.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use ggml_lowbit::FloatOrder;
+
+fn library() -> PathBuf {
+    // The harness refuses a stale library; the preload below must test the current sources.
+    let out = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
+        .arg("config")
+        .output()
+        .expect("run harness");
+    assert!(
+        out.status.success(),
+        "libggml_lowbit.so missing or stale (run cargo build --release): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_ggml-lowbit-ab"));
+    exe.parent().unwrap().join("libggml_lowbit.so")
+}
+
+fn run_preloaded(order: FloatOrder, env: &[(&str, &str)]) -> (Output, String) {
+    let dir = ggml_lowbit::stock::ensure_built(order).expect("stock build");
+    let mut cmd = Command::new(dir.join("test-quantize-fns"));
+    cmd.arg("-v"); // prints "N tests failed" at the end
+    cmd.current_dir(&dir).env("LD_PRELOAD", library());
+    for var in [
+        "GGML_LOWBIT_MATCH",
+        "GGML_LOWBIT_ISA",
+        "GGML_LOWBIT_LOG",
+        "GGML_LOWBIT_VERIFY",
+        "GGML_LOWBIT_DISABLE",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run test-quantize-fns");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{} {env:?}:\n{text}", order.name());
+    (out, text)
+}
+
+/// The number before `word` in the line that contains `marker`.
+fn count_before(text: &str, marker: &str, word: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("no line with {marker:?}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words
+        .iter()
+        .position(|w| w.starts_with(word))
+        .unwrap_or_else(|| panic!("no {word:?} in {line:?}"));
+    words[at - 1]
+        .parse()
+        .unwrap_or_else(|_| panic!("no count before {word:?} in {line:?}"))
+}
+
+#[test]
+fn test_quantize_fns_passes_and_the_probe_picks_each_builds_order() {
+    for order in FloatOrder::ALL {
+        let (out, text) = run_preloaded(order, &[("GGML_LOWBIT_LOG", "1")]);
+        assert!(
+            out.status.success(),
+            "test-quantize-fns failed under the preload"
+        );
+        assert!(text.contains("0 tests failed"), "{text}");
+        let want = format!(
+            "float order {} (probed against the stock library)",
+            order.name()
+        );
+        assert!(text.contains(&want), "expected {want:?}");
+        assert!(
+            count_before(&text, "calls served by ggml-lowbit", "calls") > 0,
+            "the library was not called"
+        );
+    }
+}
+
+#[test]
+fn verify_compares_every_call_with_stock_and_finds_no_difference() {
+    for order in FloatOrder::ALL {
+        let (out, text) = run_preloaded(order, &[("GGML_LOWBIT_VERIFY", "1")]);
+        assert!(out.status.success());
+        let compared = count_before(&text, "ggml-lowbit verify:", "calls");
+        assert!(compared > 0, "nothing compared");
+        assert_eq!(
+            count_before(&text, "ggml-lowbit verify:", "mismatches"),
+            0,
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn verify_catches_a_wrong_kernel() {
+    // Forcing the other build's float order is a wrong kernel for this stock library.
+    let (out, text) = run_preloaded(
+        FloatOrder::Haswell,
+        &[("GGML_LOWBIT_VERIFY", "1"), ("GGML_LOWBIT_MATCH", "x64")],
+    );
+    assert!(out.status.success());
+    assert!(
+        count_before(&text, "ggml-lowbit verify:", "mismatches") > 0,
+        "{text}"
+    );
+    let (out, text) = run_preloaded(
+        FloatOrder::X64,
+        &[
+            ("GGML_LOWBIT_VERIFY", "abort"),
+            ("GGML_LOWBIT_MATCH", "haswell"),
+        ],
+    );
+    assert!(
+        !out.status.success(),
+        "verify=abort must abort on a difference"
+    );
+    assert!(
+        text.contains("GGML_LOWBIT_VERIFY=abort:") && text.contains("differs from stock"),
+        "{text}"
+    );
+}
+
+#[test]
+fn disable_passes_every_call_to_stock() {
+    let (out, text) = run_preloaded(
+        FloatOrder::Haswell,
+        &[("GGML_LOWBIT_DISABLE", "1"), ("GGML_LOWBIT_LOG", "1")],
+    );
+    assert!(out.status.success());
+    assert!(text.contains("0 tests failed"));
+    assert_eq!(
+        count_before(&text, "calls served by ggml-lowbit", "calls"),
+        0,
+        "{text}"
+    );
+    assert!(
+        count_before(&text, "passed to stock", "passed") > 0,
+        "{text}"
+    );
+}
+
+#[test]
+fn contradictory_settings_abort_with_a_message() {
+    let (out, text) = run_preloaded(
+        FloatOrder::Haswell,
+        &[("GGML_LOWBIT_DISABLE", "1"), ("GGML_LOWBIT_VERIFY", "1")],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text.contains("GGML_LOWBIT_DISABLE and GGML_LOWBIT_VERIFY exclude each other"),
+        "{text}"
+    );
+}
