@@ -473,64 +473,63 @@ fn cmd_speed(
     Ok(ExitCode::SUCCESS)
 }
 
-/// A bar per row: stock / ours, with the 1× line.
+/// A bar per row: stock / ours, labelled with the row and the ratio, and the 1× line.
 fn write_chart(rows: &[SpeedRow], path: &Path) -> Result<()> {
     use plotters::prelude::*;
     let e = |x: &dyn std::fmt::Display| x.to_string();
-    let root = SVGBackend::new(path, (960, 120 + 40 * rows.len() as u32)).into_drawing_area();
+    let n = rows.len() as f64;
+    let root = SVGBackend::new(path, (960, 100 + 34 * rows.len() as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
-    let max = rows.iter().map(|r| r.ratio).fold(1.0f64, f64::max) * 1.15;
-    let labels: Vec<String> = rows
-        .iter()
-        .map(|r| {
-            format!(
-                "{} {} t{}",
-                r.symbol.trim_start_matches("ggml_vec_dot_"),
-                r.shape,
-                r.threads
-            )
-        })
-        .collect();
+    // Room on the right of the longest bar for its label.
+    let max = rows.iter().map(|r| r.ratio).fold(1.0f64, f64::max) * 1.6;
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "ggml-lowbit vs stock: speed-up (stock time / ours)",
             ("sans-serif", 20),
         )
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(260)
-        .build_cartesian_2d(0.0..max, 0..rows.len())
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(10)
+        .build_cartesian_2d(0.0..max, 0.0..n)
         .map_err(|x| e(&x))?;
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .y_labels(rows.len())
-        .y_label_formatter(&|i| labels.get(*i).cloned().unwrap_or_default())
+        .disable_y_axis()
         .x_desc("speed-up (x)")
         .draw()
         .map_err(|x| e(&x))?;
+    // Row 0 at the top.
+    let y = |i: usize| n - 1.0 - i as f64;
     chart
         .draw_series(rows.iter().enumerate().map(|(i, r)| {
             let color = if r.ratio >= 1.0 {
-                BLUE.mix(0.7)
+                BLUE.mix(0.6)
             } else {
-                RED.mix(0.7)
+                RED.mix(0.6)
             };
-            Rectangle::new([(0.0, i), (r.ratio, i + 1)], color.filled())
+            Rectangle::new([(0.0, y(i) + 0.15), (r.ratio, y(i) + 0.85)], color.filled())
         }))
         .map_err(|x| e(&x))?;
     chart
         .draw_series(rows.iter().enumerate().map(|(i, r)| {
+            let label = format!(
+                "{:.2}x  {} {}, {} thread(s)",
+                r.ratio,
+                r.symbol.trim_start_matches("ggml_vec_dot_"),
+                r.shape,
+                r.threads
+            );
             Text::new(
-                format!("{:.2}x", r.ratio),
-                (r.ratio, i),
-                ("sans-serif", 14).into_font(),
+                label,
+                (r.ratio + max * 0.01, y(i) + 0.62),
+                ("sans-serif", 13).into_font(),
             )
         }))
         .map_err(|x| e(&x))?;
     chart
         .draw_series(std::iter::once(PathElement::new(
-            [(1.0, 0), (1.0, rows.len())],
+            [(1.0, 0.0), (1.0, n)],
             BLACK,
         )))
         .map_err(|x| e(&x))?;
