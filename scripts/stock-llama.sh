@@ -3,8 +3,8 @@
 #
 #   scripts/stock-llama.sh haswell|x64
 #
-# Prints, as its last line on stdout, the folder holding libggml-cpu.so, libggml-base.so and test-quantize-fns
-# (and, for haswell, llama-bench, llama-completion and llama-perplexity). Idempotent: a finished build is reused.
+# Prints, as its last line on stdout, the folder holding libggml-cpu.so, libggml-base.so, test-quantize-fns,
+# llama-completion and llama-perplexity (and, for haswell, llama-bench). Idempotent: a finished build is reused.
 # Cache root: $GGML_LOWBIT_STOCK_DIR, default ~/.cache/ggml-lowbit/stock-0.3.36. Everything else goes to stderr.
 set -euo pipefail
 
@@ -23,8 +23,8 @@ case "$variant" in
   x64)
     isa=(-DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF
          -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_SSE42=OFF)
-    tools=OFF
-    programs=(test-quantize-fns) ;;
+    tools=ON
+    programs=(llama-completion llama-perplexity test-quantize-fns) ;;
   *) die "usage: scripts/stock-llama.sh haswell|x64" ;;
 esac
 

@@ -11,7 +11,9 @@ pub mod dispatch;
 pub mod ffi;
 pub mod formats;
 pub mod fp16;
+pub mod gguf;
 pub mod interpose;
+pub mod model;
 pub mod stock;
 
 /// Hash of the sources this library was built from (see `build.rs`).

@@ -2,4 +2,5 @@
 //! bits (`bits`) and for speed side by side (`speed`).
 pub mod bits;
 pub mod cases;
+pub mod e2e;
 pub mod speed;

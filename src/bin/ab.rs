@@ -95,6 +95,42 @@ enum Command {
         #[arg(long, default_value = "target/ab")]
         out: PathBuf,
     },
+    /// Writes a synthetic llama-architecture GGUF model with random low-bit weights shaped like a real one.
+    Model {
+        /// tiny, bonsai-1.7b or bonsai-8b.
+        #[arg(long, default_value = "tiny")]
+        preset: String,
+        /// Weight type.
+        #[arg(long = "type", default_value = "q2_0")]
+        wtype: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output file.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Runs the stock llama.cpp tools on a model with and without the preload, side by side: greedy completion
+    /// text, perplexity per chunk, llama-bench throughput, and the read-bandwidth ceiling for decode.
+    E2e {
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long, value_enum, default_value_t = Build::Haswell)]
+        build: Build,
+        /// Threads for the tools (default: every core).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Tokens of greedy completion.
+        #[arg(long, default_value_t = 32)]
+        n_predict: usize,
+        /// Perplexity chunks of 128 tokens (0 skips perplexity: useful for big models on slow stock builds).
+        #[arg(long, default_value_t = 8)]
+        ppl_chunks: usize,
+        /// Skip llama-bench and the bandwidth measurement.
+        #[arg(long)]
+        no_bench: bool,
+        #[arg(long)]
+        lib: Option<PathBuf>,
+    },
     /// What libggml_lowbit.so chooses on this machine with this environment (instruction set, float order).
     Config {
         #[arg(long)]
@@ -128,6 +164,20 @@ fn main() -> ExitCode {
             out,
         } => cmd_speed(&shapes, reps, &threads, build, lib, &symbol, &out),
         Command::Config { lib } => cmd_config(lib),
+        Command::E2e {
+            model,
+            build,
+            threads,
+            n_predict,
+            no_bench,
+            lib,
+        } => cmd_e2e(&model, build, threads, n_predict, no_bench, lib),
+        Command::Model {
+            preset,
+            wtype,
+            seed,
+            out,
+        } => cmd_model(&preset, &wtype, seed, &out),
     };
     match outcome {
         Ok(code) => code,
@@ -213,6 +263,177 @@ fn load_ours(lib: &Path, order: FloatOrder, scratch: &Path) -> Result<libloading
         ));
     }
     Ok(l)
+}
+
+fn cmd_model(preset: &str, wtype: &str, seed: u64, out: &Path) -> Result<ExitCode> {
+    let names: Vec<&str> = ggml_lowbit::model::PRESETS.iter().map(|p| p.name).collect();
+    let p = ggml_lowbit::model::preset(preset)
+        .ok_or_else(|| format!("unknown preset {preset:?} (known: {})", names.join(", ")))?;
+    let t = ggml_lowbit::model::WeightType::parse(wtype)
+        .ok_or_else(|| format!("unsupported weight type {wtype:?} (supported: q2_0)"))?;
+    let start = std::time::Instant::now();
+    let info = ggml_lowbit::model::write_model(out, p, t, seed)?;
+    println!(
+        "wrote {} ({} preset, {wtype}): {:.2} GiB, {:.2} GiB of weights, in {:.1} s",
+        out.display(),
+        info.preset,
+        info.bytes as f64 / (1u64 << 30) as f64,
+        info.weight_bytes as f64 / (1u64 << 30) as f64,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Tabled)]
+struct E2eLine {
+    build: String,
+    check: String,
+    stock: String,
+    #[tabled(rename = "with ggml-lowbit")]
+    ours: String,
+    result: String,
+}
+
+fn short(s: &str, n: usize) -> String {
+    let t: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if t.chars().count() > n {
+        format!("{}…", t.chars().take(n).collect::<String>())
+    } else {
+        t
+    }
+}
+
+fn cmd_e2e(
+    model: &Path,
+    build: Build,
+    threads: Option<usize>,
+    n_predict: usize,
+    ppl_chunks: usize,
+    no_bench: bool,
+    lib: Option<PathBuf>,
+) -> Result<ExitCode> {
+    use ggml_lowbit::ab::e2e;
+    e2e::check_model(model)?;
+    let model = std::fs::canonicalize(model).map_err(|e| format!("{}: {e}", model.display()))?;
+    let lib = default_lib(lib)?;
+    {
+        // SAFETY: loading our own library runs no initialisers with preconditions.
+        let l = unsafe { libloading::Library::new(&lib) }
+            .map_err(|e| format!("cannot load {}: {e}", lib.display()))?;
+        check_fresh(&l, &lib)?;
+    }
+    let lib = std::fs::canonicalize(&lib).map_err(|e| e.to_string())?;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let threads = threads.unwrap_or(cores).max(1);
+    let scratch = std::env::temp_dir().join(format!("ggml-lowbit-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+    let text = scratch.join("perplexity.txt");
+    std::fs::write(&text, e2e::perplexity_text()).map_err(|e| e.to_string())?;
+    let mut lines = Vec::new();
+    let mut ok = true;
+    for order in build.orders() {
+        let dir = e2e::tools_dir(order)?;
+        let b = order.name().to_string();
+        let both = |tool: &str, args: &[String]| -> Result<(e2e::ToolRun, e2e::ToolRun)> {
+            let stock = e2e::run_tool(&dir, tool, args, None)?;
+            let ours = e2e::run_tool(&dir, tool, args, Some(&lib))?;
+            if e2e::served_calls(&ours) == 0 {
+                return Err(format!(
+                    "{tool} under the preload made no call into ggml-lowbit"
+                ));
+            }
+            Ok((stock, ours))
+        };
+        let (s, o) = both(
+            "llama-completion",
+            &e2e::completion_args(&model, threads, n_predict),
+        )?;
+        let same = s.stdout == o.stdout;
+        ok &= same;
+        lines.push(E2eLine {
+            build: b.clone(),
+            check: format!("llama-completion, greedy, {n_predict} tokens"),
+            stock: short(&s.stdout, 48),
+            ours: format!(
+                "{} ({} calls to ggml-lowbit)",
+                short(&o.stdout, 48),
+                e2e::served_calls(&o)
+            ),
+            result: if same {
+                "identical text".into()
+            } else {
+                "DIFFERENT".into()
+            },
+        });
+        let (s, o) = both(
+            "llama-perplexity",
+            &e2e::perplexity_args(&model, &text, threads),
+        )?;
+        let (sv, sf) = e2e::perplexity_values(&s);
+        let (ov, of) = e2e::perplexity_values(&o);
+        let same = !sv.is_empty() && sv == ov && sf == of;
+        ok &= same;
+        lines.push(E2eLine {
+            build: b.clone(),
+            check: format!("llama-perplexity, {} chunks of 128", sv.len()),
+            stock: sf.clone().unwrap_or_else(|| "no estimate".into()),
+            ours: of.clone().unwrap_or_else(|| "no estimate".into()),
+            result: if same {
+                "identical per-chunk values".into()
+            } else {
+                "DIFFERENT".into()
+            },
+        });
+        if !no_bench && dir.join("llama-bench").is_file() {
+            let args = e2e::bench_args(&model, threads);
+            let (s, o) = both("llama-bench", &args)?;
+            let (sp, sg) = e2e::bench_rates(&s)?;
+            let (op, og) = e2e::bench_rates(&o)?;
+            lines.push(E2eLine {
+                build: b.clone(),
+                check: format!("llama-bench pp16, {threads} thread(s)"),
+                stock: format!("{sp:.2} tok/s"),
+                ours: format!("{op:.2} tok/s"),
+                result: format!("{:.2}x", op / sp),
+            });
+            lines.push(E2eLine {
+                build: b.clone(),
+                check: format!("llama-bench tg4, {threads} thread(s)"),
+                stock: format!("{sg:.2} tok/s"),
+                ours: format!("{og:.2} tok/s"),
+                result: format!("{:.2}x", og / sg),
+            });
+        }
+    }
+    if !no_bench {
+        let bw = e2e::read_bandwidth(threads);
+        let bytes = std::fs::metadata(&model).map(|m| m.len()).unwrap_or(0) as f64;
+        lines.push(E2eLine {
+            build: "-".into(),
+            check: format!("read bandwidth, {threads} thread(s), 2 GiB"),
+            stock: format!("{bw:.1} GB/s"),
+            ours: format!("decode ceiling {:.2} tok/s", bw * 1e9 / bytes),
+            result: format!("model {:.2} GiB", bytes / (1u64 << 30) as f64),
+        });
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    println!("model: {}", model.display());
+    println!("{}", Table::new(lines).with(Style::markdown()));
+    println!(
+        "e2e: {}",
+        if ok {
+            "identical outputs with and without ggml-lowbit"
+        } else {
+            "OUTPUTS DIFFER"
+        }
+    );
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn cmd_config(lib: Option<PathBuf>) -> Result<ExitCode> {

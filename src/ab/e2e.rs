@@ -1,0 +1,238 @@
+//! End to end: the stock llama.cpp tools run on a model with and without `LD_PRELOAD=libggml_lowbit.so`, side
+//! by side: greedy completion text, perplexity per chunk, llama-bench throughput, and the machine's read
+//! bandwidth with the decode ceiling it implies.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// Weight types the library accelerates; a model whose matrices are all something else is refused.
+pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 1] = [(42, "q2_0")];
+
+/// Checks that `model` is a GGUF whose matrices include a type this library serves.
+pub fn check_model(model: &Path) -> Result<(), String> {
+    if !model.is_file() {
+        return Err(format!("model not found: {}", model.display()));
+    }
+    let types = crate::gguf::tensor_types(model)?;
+    if types
+        .iter()
+        .any(|(_, t)| SUPPORTED_WEIGHT_TYPES.iter().any(|(s, _)| s == t))
+    {
+        return Ok(());
+    }
+    let mut seen: Vec<u32> = types.iter().map(|(_, t)| *t).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    Err(format!(
+        "{}: no tensor of a type ggml-lowbit serves (it has ggml types {seen:?}; supported: q2_0 = 42)",
+        model.display()
+    ))
+}
+
+/// One run of a stock tool, with or without the preload; stdout and stderr are kept.
+pub struct ToolRun {
+    pub stdout: String,
+    pub stderr: String,
+    pub seconds: f64,
+}
+
+pub fn run_tool(
+    dir: &Path,
+    tool: &str,
+    args: &[String],
+    preload: Option<&Path>,
+) -> Result<ToolRun, String> {
+    let exe = dir.join(tool);
+    if !exe.is_file() {
+        return Err(format!(
+            "{tool} not found in {} (scripts/stock-llama.sh builds it)",
+            dir.display()
+        ));
+    }
+    let mut cmd = Command::new(&exe);
+    cmd.args(args).current_dir(dir).stdin(Stdio::null());
+    for var in [
+        "GGML_LOWBIT_MATCH",
+        "GGML_LOWBIT_VERIFY",
+        "GGML_LOWBIT_DISABLE",
+        "GGML_LOWBIT_LOG",
+        "LD_PRELOAD",
+    ] {
+        cmd.env_remove(var);
+    }
+    if let Some(lib) = preload {
+        cmd.env("LD_PRELOAD", lib).env("GGML_LOWBIT_LOG", "1");
+    }
+    let start = Instant::now();
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    let run = ToolRun {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        seconds: start.elapsed().as_secs_f64(),
+    };
+    if !out.status.success() {
+        let tail: Vec<&str> = run.stderr.lines().rev().take(5).collect();
+        return Err(format!(
+            "{tool} failed ({}): {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    Ok(run)
+}
+
+/// Calls our library served in a preloaded run (from its `GGML_LOWBIT_LOG` summary), 0 if none was printed.
+pub fn served_calls(run: &ToolRun) -> u64 {
+    run.stderr
+        .lines()
+        .find(|l| l.contains("calls served by ggml-lowbit"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+pub const PROMPT: &str = "The quick brown fox";
+
+pub fn completion_args(model: &Path, threads: usize, n_predict: usize) -> Vec<String> {
+    let m = model.display().to_string();
+    [
+        "-m",
+        &m,
+        "-p",
+        PROMPT,
+        "-n",
+        &n_predict.to_string(),
+        "--temp",
+        "0",
+        "--seed",
+        "1",
+        "-no-cnv",
+        "-t",
+        &threads.to_string(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// A fixed English text for perplexity (the tokenizer falls back to bytes where the vocabulary has no piece).
+pub fn perplexity_text() -> String {
+    let para = "The quick brown fox jumps over the lazy dog. People often write about the weather, the water and \
+                the land, because each day is different from the one before. Children asked their mother and \
+                father many things about the world, and the answers were not always the same. ";
+    para.repeat(24)
+}
+
+pub fn perplexity_args(model: &Path, text: &Path, threads: usize) -> Vec<String> {
+    let (m, f) = (model.display().to_string(), text.display().to_string());
+    [
+        "-m",
+        &m,
+        "-f",
+        &f,
+        "-c",
+        "128",
+        "-b",
+        "128",
+        "--chunks",
+        "8",
+        "-t",
+        &threads.to_string(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The per-chunk values `[1]x,[2]y,…` and the final estimate of a llama-perplexity run.
+pub fn perplexity_values(run: &ToolRun) -> (Vec<String>, Option<String>) {
+    let all = format!("{}\n{}", run.stdout, run.stderr);
+    let chunks = all
+        .split([',', '\n'])
+        .map(str::trim)
+        .filter(|t| t.starts_with('[') && t.contains(']'))
+        .filter(|t| {
+            t[1..]
+                .split(']')
+                .next()
+                .is_some_and(|n| n.chars().all(|c| c.is_ascii_digit()) && !n.is_empty())
+        })
+        .map(String::from)
+        .collect();
+    let fin = all
+        .lines()
+        .find_map(|l| l.split("Final estimate: ").nth(1))
+        .map(|s| s.trim().to_string());
+    (chunks, fin)
+}
+
+pub fn bench_args(model: &Path, threads: usize) -> Vec<String> {
+    let m = model.display().to_string();
+    [
+        "-m",
+        &m,
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "3",
+        "-t",
+        &threads.to_string(),
+        "-o",
+        "json",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// (prompt tok/s, generation tok/s) from llama-bench's JSON output.
+pub fn bench_rates(run: &ToolRun) -> Result<(f64, f64), String> {
+    let v: serde_json::Value = serde_json::from_str(&run.stdout)
+        .map_err(|e| format!("llama-bench printed no JSON: {e}"))?;
+    let rows = v.as_array().ok_or("llama-bench JSON is not a list")?;
+    let rate = |prompt: bool| {
+        rows.iter()
+            .find(|r| {
+                (r["n_prompt"].as_u64().unwrap_or(0) > 0) == prompt
+                    && (r["n_gen"].as_u64().unwrap_or(0) > 0) != prompt
+            })
+            .and_then(|r| r["avg_ts"].as_f64())
+            .ok_or(format!(
+                "llama-bench gave no {} rate",
+                if prompt { "prompt" } else { "generation" }
+            ))
+    };
+    Ok((rate(true)?, rate(false)?))
+}
+
+/// Read bandwidth in GB/s over a 2 GiB buffer with `threads` threads (median of 5 passes).
+pub fn read_bandwidth(threads: usize) -> f64 {
+    let words = (2usize << 30) / 8;
+    let buf: Vec<u64> = (0..words as u64).collect();
+    let chunk = words.div_ceil(threads.max(1));
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let sum: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = buf
+                .chunks(chunk)
+                .map(|c| s.spawn(move || c.iter().fold(0u64, |a, &x| a.wrapping_add(x))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0u64, u64::wrapping_add)
+        });
+        std::hint::black_box(sum);
+        samples.push((words * 8) as f64 / start.elapsed().as_secs_f64() / 1e9);
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    samples[samples.len() / 2]
+}
+
+/// Where the tools of one stock build are.
+pub fn tools_dir(order: crate::FloatOrder) -> Result<PathBuf, String> {
+    crate::stock::ensure_built(order)
+}

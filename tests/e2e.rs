@@ -1,0 +1,141 @@
+//! Tier 3, whole models: a synthetic tiny Q2_0 model run through the stock llama.cpp tools of both builds with
+//! and without the preload (`ggml-lowbit-ab e2e`): identical greedy text and identical perplexity per chunk.
+//! Also the model generator's determinism and the bad-input contract of `model` and `e2e`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn harness(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
+        .args(args)
+        .output()
+        .expect("run harness");
+    println!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ggml-lowbit-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn tiny_model(dir: &std::path::Path, seed: &str) -> PathBuf {
+    let path = dir.join(format!("tiny-{seed}.gguf"));
+    let out = harness(&[
+        "model",
+        "--preset",
+        "tiny",
+        "--seed",
+        seed,
+        "--out",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    path
+}
+
+#[test]
+fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_both_builds() {
+    let dir = scratch("e2e");
+    let model = tiny_model(&dir, "7");
+    let out = harness(&[
+        "e2e",
+        "--model",
+        model.to_str().unwrap(),
+        "--build",
+        "all",
+        "--no-bench",
+        "--threads",
+        "2",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "e2e reported a difference");
+    assert_eq!(stdout.matches("identical text").count(), 2, "{stdout}");
+    assert_eq!(
+        stdout.matches("identical per-chunk values").count(),
+        2,
+        "{stdout}"
+    );
+    assert!(stdout.contains("calls to ggml-lowbit"));
+    // One thread too: a different split of the work must give the same bits.
+    let out = harness(&[
+        "e2e",
+        "--model",
+        model.to_str().unwrap(),
+        "--no-bench",
+        "--threads",
+        "1",
+    ]);
+    assert!(out.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn model_generator_is_deterministic_and_follows_the_seed() {
+    let dir = scratch("det");
+    let a = std::fs::read(tiny_model(&dir, "3")).unwrap();
+    let b = std::fs::read(tiny_model(&dir, "3")).unwrap();
+    let c = std::fs::read(tiny_model(&dir, "4")).unwrap();
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    assert_eq!(&a[..4], b"GGUF");
+    let types = ggml_lowbit::gguf::tensor_types(&dir.join("tiny-3.gguf")).unwrap();
+    assert_eq!(types.len(), 1 + 2 * 9 + 2);
+    assert!(types
+        .iter()
+        .any(|(n, t)| n == "blk.1.ffn_down.weight" && *t == 42));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn expect_exit_2(args: &[&str], needle: &str) {
+    let out = harness(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}");
+    assert!(stderr.contains(needle), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+}
+
+#[test]
+fn bad_models_are_refused_with_one_line_and_exit_code_2() {
+    let dir = scratch("bad");
+    expect_exit_2(
+        &["e2e", "--model", "/nonexistent/model.gguf"],
+        "model not found",
+    );
+    let junk = dir.join("junk.gguf");
+    std::fs::write(&junk, b"not a gguf file at all").unwrap();
+    expect_exit_2(
+        &["e2e", "--model", junk.to_str().unwrap()],
+        "not a readable GGUF",
+    );
+    // A valid GGUF whose only tensor is f32: nothing for the library to serve.
+    let f32_only = dir.join("f32.gguf");
+    let mut file = std::fs::File::create(&f32_only).unwrap();
+    let t = ggml_lowbit::gguf::Tensor {
+        name: "w".into(),
+        dims: vec![64, 2],
+        ggml_type: 0,
+        nbytes: 512,
+        fill: Box::new(|b: &mut [u8]| b.fill(0)),
+    };
+    ggml_lowbit::gguf::write(&mut file, &[], &[t]).unwrap();
+    drop(file);
+    expect_exit_2(
+        &["e2e", "--model", f32_only.to_str().unwrap()],
+        "no tensor of a type ggml-lowbit serves",
+    );
+    expect_exit_2(
+        &["model", "--preset", "llama-70b", "--out", "/tmp/x.gguf"],
+        "unknown preset",
+    );
+    expect_exit_2(
+        &["model", "--type", "q4_0", "--out", "/tmp/x.gguf"],
+        "unsupported weight type",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
