@@ -169,9 +169,10 @@ fn main() -> ExitCode {
             build,
             threads,
             n_predict,
+            ppl_chunks,
             no_bench,
             lib,
-        } => cmd_e2e(&model, build, threads, n_predict, no_bench, lib),
+        } => cmd_e2e(&model, build, threads, n_predict, ppl_chunks, no_bench, lib),
         Command::Model {
             preset,
             wtype,
