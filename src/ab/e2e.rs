@@ -125,24 +125,13 @@ pub fn perplexity_text() -> String {
     para.repeat(24)
 }
 
-pub fn perplexity_args(model: &Path, text: &Path, threads: usize) -> Vec<String> {
+pub fn perplexity_args(model: &Path, text: &Path, threads: usize, chunks: usize) -> Vec<String> {
     let (m, f) = (model.display().to_string(), text.display().to_string());
-    [
-        "-m",
-        &m,
-        "-f",
-        &f,
-        "-c",
-        "128",
-        "-b",
-        "128",
-        "--chunks",
-        "8",
-        "-t",
-        &threads.to_string(),
-    ]
-    .map(String::from)
-    .to_vec()
+    let (chunks, threads) = (chunks.to_string(), threads.to_string());
+    let args = [
+        "-m", &m, "-f", &f, "-c", "128", "-b", "128", "--chunks", &chunks, "-t", &threads,
+    ];
+    args.map(String::from).to_vec()
 }
 
 /// The per-chunk values `[1]x,[2]y,…` and the final estimate of a llama-perplexity run.
