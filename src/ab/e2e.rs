@@ -37,11 +37,14 @@ pub struct ToolRun {
     pub seconds: f64,
 }
 
+/// Runs `tool` from `dir`; with `preload`, under `LD_PRELOAD` of our library with `GGML_LOWBIT_LOG=1` (call
+/// counts at exit) unless `quiet` (for timings, which should not pay for counting).
 pub fn run_tool(
     dir: &Path,
     tool: &str,
     args: &[String],
     preload: Option<&Path>,
+    quiet: bool,
 ) -> Result<ToolRun, String> {
     let exe = dir.join(tool);
     if !exe.is_file() {
@@ -62,7 +65,10 @@ pub fn run_tool(
         cmd.env_remove(var);
     }
     if let Some(lib) = preload {
-        cmd.env("LD_PRELOAD", lib).env("GGML_LOWBIT_LOG", "1");
+        cmd.env("LD_PRELOAD", lib);
+        if !quiet {
+            cmd.env("GGML_LOWBIT_LOG", "1");
+        }
     }
     let start = Instant::now();
     let out = cmd
