@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Build the pinned stock llama.cpp (vendor/llama.cpp of the PyPI sdist llama-cpp-python==0.3.36) into a cache.
 #
-#   scripts/stock-llama.sh haswell|x64
+#   scripts/stock-llama.sh haswell|x64|haswell-dl
+#
+# haswell-dl is the haswell build the way release binaries load ggml: GGML_BACKEND_DL=ON, the CPU backend a module
+# (libggml-cpu.so) that ggml dlopens at run time; it has the tools, not test-quantize-fns.
 #
 # Prints, as its last line on stdout, the folder holding libggml-cpu.so, libggml-base.so, test-quantize-fns,
 # llama-completion and llama-perplexity (and, for haswell, llama-bench). Idempotent: a finished build is reused.
@@ -14,7 +17,14 @@ SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 die() { echo "stock-llama.sh: $*" >&2; exit 2; }
 
 variant=${1:-}
+backend_dl=OFF
 case "$variant" in
+  haswell-dl)
+    isa=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+         -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_SSE42=ON)
+    tools=ON
+    backend_dl=ON
+    programs=(llama-bench llama-completion llama-perplexity) ;;
   haswell)
     isa=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
          -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_SSE42=ON)
@@ -25,7 +35,7 @@ case "$variant" in
          -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_SSE42=OFF)
     tools=ON
     programs=(llama-completion llama-perplexity test-quantize-fns) ;;
-  *) die "usage: scripts/stock-llama.sh haswell|x64" ;;
+  *) die "usage: scripts/stock-llama.sh haswell|x64|haswell-dl" ;;
 esac
 
 root=${GGML_LOWBIT_STOCK_DIR:-$HOME/.cache/ggml-lowbit/stock-$VERSION}
@@ -86,9 +96,9 @@ build="$root/build-$variant"
 echo "stock-llama.sh: building $variant in $build" >&2
 cmake -S "$src" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
-  -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=OFF -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
+  -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=$backend_dl -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-  -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_TOOLS=$tools \
+  -DLLAMA_BUILD_TESTS=$([ "$backend_dl" = ON ] && echo OFF || echo ON) -DLLAMA_BUILD_TOOLS=$tools \
   "${isa[@]}" >&2 || die "cmake configure ($variant) failed"
 
 targets=(ggml-cpu ggml-base "${programs[@]}")

@@ -1,8 +1,9 @@
 //! How each export is served when the library sits in front of a stock ggml (`LD_PRELOAD`): by our kernels, by
 //! the stock symbol it shadows, or by both with a comparison.
 //!
-//! - The stock symbols are found once with `dlsym(RTLD_NEXT, name)`; when the library is not in front of a ggml
-//!   (linked on its own, or loaded with `dlopen` by the harness) there are none and our kernels serve every call.
+//! - The stock symbols are found once with `dlsym(RTLD_NEXT, name)`, or, for a `GGML_BACKEND_DL` build whose
+//!   CPU backend was `dlopen`ed with `RTLD_LOCAL`, in the loaded ggml libraries themselves; when there are none
+//!   (the library linked on its own) our kernels serve every call.
 //! - Float order: `GGML_LOWBIT_MATCH` if set; otherwise, with the stock symbols present, a probe on the first
 //!   call runs inputs on which the two orders give different bits through stock and follows what it reproduces;
 //!   otherwise the order a release build would use on this CPU. A stock library that matches neither order
@@ -55,13 +56,54 @@ pub struct Config {
 /// `dlsym(RTLD_NEXT, name)`, ignoring a hit on our own definition.
 fn next_symbol<T: Copy>(name: &std::ffi::CStr, ours: usize) -> Option<T> {
     // SAFETY: dlsym with a NUL-terminated name has no other precondition.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
     if p.is_null() || p as usize == ours {
-        return None;
+        p = loaded_ggml_symbol(name, ours)?;
     }
     debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
     // SAFETY: `T` is the function-pointer type of `name`'s ggml signature (see `find_next`).
     Some(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
+}
+
+/// The symbol `name` in a loaded ggml library that is not reachable through `RTLD_NEXT`: a `GGML_BACKEND_DL`
+/// build `dlopen`s `libggml-cpu*.so` with `RTLD_LOCAL`, so its definitions are outside the global scope (calls
+/// from it still reach ours, preloaded libraries come first). Each loaded object whose path mentions ggml is
+/// reopened with `RTLD_NOLOAD` and asked for the symbol.
+fn loaded_ggml_symbol(name: &std::ffi::CStr, ours: usize) -> Option<*mut c_void> {
+    unsafe extern "C" fn collect(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info record and our `data` pointer for the whole iteration.
+        unsafe {
+            let names = &mut *(data as *mut Vec<std::ffi::CString>);
+            let p = (*info).dlpi_name;
+            if !p.is_null() {
+                let n = std::ffi::CStr::from_ptr(p);
+                if n.to_bytes().windows(4).any(|w| w == b"ggml") {
+                    names.push(n.to_owned());
+                }
+            }
+        }
+        0
+    }
+    let mut names: Vec<std::ffi::CString> = Vec::new();
+    // SAFETY: the callback only reads the records it is given and appends to `names`.
+    unsafe { libc::dl_iterate_phdr(Some(collect), &mut names as *mut _ as *mut c_void) };
+    names.iter().find_map(|lib| {
+        // SAFETY: RTLD_NOLOAD only returns a handle to an object that is already loaded; it is closed again,
+        // which drops the extra reference and nothing else.
+        unsafe {
+            let h = libc::dlopen(lib.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+            if h.is_null() {
+                return None;
+            }
+            let p = libc::dlsym(h, name.as_ptr());
+            libc::dlclose(h);
+            (!p.is_null() && p as usize != ours).then_some(p)
+        }
+    })
 }
 
 fn find_next() -> Next {

@@ -22,10 +22,15 @@ pub fn scripts_dir() -> PathBuf {
 /// Builds (or finds in the cache) the stock build for `order` and returns the folder with its libraries.
 /// Build output goes to this process's stderr; a failure is an error, never a skip.
 pub fn ensure_built(order: FloatOrder) -> Result<PathBuf, String> {
+    ensure_built_variant(order.name())
+}
+
+/// As `ensure_built`, by the script's variant name (`haswell`, `x64`, `haswell-dl`).
+pub fn ensure_built_variant(variant: &str) -> Result<PathBuf, String> {
     let script = scripts_dir().join("stock-llama.sh");
     let out = Command::new("bash")
         .arg(&script)
-        .arg(order.name())
+        .arg(variant)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -34,7 +39,7 @@ pub fn ensure_built(order: FloatOrder) -> Result<PathBuf, String> {
         return Err(format!(
             "{} {} failed ({})",
             script.display(),
-            order.name(),
+            variant,
             out.status
         ));
     }
@@ -44,7 +49,7 @@ pub fn ensure_built(order: FloatOrder) -> Result<PathBuf, String> {
         return Err(format!(
             "{} {} printed no library folder",
             script.display(),
-            order.name()
+            variant
         ));
     }
     Ok(PathBuf::from(dir))

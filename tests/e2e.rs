@@ -40,7 +40,7 @@ fn tiny_model(dir: &std::path::Path, seed: &str) -> PathBuf {
 }
 
 #[test]
-fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_both_builds() {
+fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every_build() {
     let dir = scratch("e2e");
     let model = tiny_model(&dir, "7");
     let out = harness(&[
@@ -55,10 +55,10 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_both_
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "e2e reported a difference");
-    assert_eq!(stdout.matches("identical text").count(), 2, "{stdout}");
+    assert_eq!(stdout.matches("identical text").count(), 3, "{stdout}");
     assert_eq!(
         stdout.matches("identical per-chunk values").count(),
-        2,
+        3,
         "{stdout}"
     );
     assert!(stdout.contains("calls to ggml-lowbit"));
@@ -137,5 +137,54 @@ fn bad_models_are_refused_with_one_line_and_exit_code_2() {
         &["model", "--type", "q4_0", "--out", "/tmp/x.gguf"],
         "unsupported weight type",
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The way release binaries load ggml (`GGML_BACKEND_DL=ON`: the CPU backend is `dlopen`ed with `RTLD_LOCAL`):
+/// the preload still serves the calls, still finds the stock symbols (in the loaded backend, not through
+/// `RTLD_NEXT`) and so still probes the float order, and the outputs stay identical.
+#[test]
+fn backend_dl_build_gives_identical_outputs_and_the_probe_finds_the_dlopened_backend() {
+    let dir = scratch("dl");
+    let model = tiny_model(&dir, "9");
+    let out = harness(&[
+        "e2e",
+        "--model",
+        model.to_str().unwrap(),
+        "--build",
+        "haswell-dl",
+        "--no-bench",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "e2e on the DL build reported a difference"
+    );
+    assert!(
+        stdout.contains("identical text") && stdout.contains("identical per-chunk values"),
+        "{stdout}"
+    );
+
+    use ggml_lowbit::ab::e2e;
+    let tools = e2e::tools_dir("haswell-dl").expect("haswell-dl build");
+    let lib = PathBuf::from(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
+        .parent()
+        .unwrap()
+        .join("libggml_lowbit.so");
+    let run = e2e::run_tool(
+        &tools,
+        "llama-completion",
+        &e2e::completion_args(&model, 1, 4),
+        Some(&lib),
+        false,
+    )
+    .expect("llama-completion under the preload");
+    assert!(
+        run.stderr
+            .contains("float order haswell (probed against the stock library)"),
+        "{}",
+        run.stderr
+    );
+    assert!(e2e::served_calls(&run) > 0);
     let _ = std::fs::remove_dir_all(&dir);
 }

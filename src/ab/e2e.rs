@@ -90,13 +90,45 @@ pub fn run_tool(
     Ok(run)
 }
 
-/// Calls our library served in a preloaded run (from its `GGML_LOWBIT_LOG` summary), 0 if none was printed.
+/// The line a tool prints last, after everything compared: llama.cpp's logger is asynchronous and never
+/// flushed at exit, so under load a run can lose its final lines; such a run is repeated rather than compared.
+pub fn completion_marker(tool: &str) -> Option<&'static str> {
+    match tool {
+        "llama-completion" => Some("common_perf_print:"),
+        "llama-perplexity" => Some("Final estimate:"),
+        _ => None,
+    }
+}
+
+/// `run_tool`, repeated (up to 4 runs) until the output holds the tool's completion marker.
+pub fn run_tool_complete(
+    dir: &Path,
+    tool: &str,
+    args: &[String],
+    preload: Option<&Path>,
+    quiet: bool,
+) -> Result<ToolRun, String> {
+    let Some(marker) = completion_marker(tool) else {
+        return run_tool(dir, tool, args, preload, quiet);
+    };
+    for _ in 0..4 {
+        let run = run_tool(dir, tool, args, preload, quiet)?;
+        if run.stdout.contains(marker) || run.stderr.contains(marker) {
+            return Ok(run);
+        }
+    }
+    Err(format!("{tool} lost the end of its output four times (llama.cpp's asynchronous log is not flushed at exit)"))
+}
+
+/// Calls our library served in a preloaded run (from its `GGML_LOWBIT_LOG` exit line), 0 if none was printed.
+/// The line is looked for anywhere in a line of stderr: llama.cpp's log thread may still be writing at exit.
 pub fn served_calls(run: &ToolRun) -> u64 {
+    const TAG: &str = "ggml-lowbit: ";
     run.stderr
         .lines()
-        .find(|l| l.contains("calls served by ggml-lowbit"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
+        .filter_map(|l| l.find(TAG).map(|i| &l[i + TAG.len()..]))
+        .filter(|rest| rest.contains(" calls served by ggml-lowbit"))
+        .find_map(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
 
@@ -227,7 +259,7 @@ pub fn read_bandwidth(threads: usize) -> f64 {
     samples[samples.len() / 2]
 }
 
-/// Where the tools of one stock build are.
-pub fn tools_dir(order: crate::FloatOrder) -> Result<PathBuf, String> {
-    crate::stock::ensure_built(order)
+/// Where the tools of one stock build variant are (`haswell`, `x64`, `haswell-dl`).
+pub fn tools_dir(variant: &str) -> Result<PathBuf, String> {
+    crate::stock::ensure_built_variant(variant)
 }

@@ -45,6 +45,27 @@ impl Build {
     }
 }
 
+/// Stock builds for `e2e`: the two float orders, and the haswell build as release binaries load it
+/// (`GGML_BACKEND_DL=ON`: ggml dlopens the CPU backend).
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum E2eBuild {
+    Haswell,
+    X64,
+    HaswellDl,
+    All,
+}
+
+impl E2eBuild {
+    fn variants(self) -> Vec<&'static str> {
+        match self {
+            E2eBuild::Haswell => vec!["haswell"],
+            E2eBuild::X64 => vec!["x64"],
+            E2eBuild::HaswellDl => vec!["haswell-dl"],
+            E2eBuild::All => vec!["haswell", "x64", "haswell-dl"],
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum Via {
     /// The rlib's kernels, at every instruction set this CPU has.
@@ -114,8 +135,8 @@ enum Command {
     E2e {
         #[arg(long)]
         model: PathBuf,
-        #[arg(long, value_enum, default_value_t = Build::Haswell)]
-        build: Build,
+        #[arg(long, value_enum, default_value_t = E2eBuild::Haswell)]
+        build: E2eBuild,
         /// Threads for the tools (default: every core).
         #[arg(long)]
         threads: Option<usize>,
@@ -306,7 +327,7 @@ fn short(s: &str, n: usize) -> String {
 
 fn cmd_e2e(
     model: &Path,
-    build: Build,
+    build: E2eBuild,
     threads: Option<usize>,
     n_predict: usize,
     ppl_chunks: usize,
@@ -334,13 +355,13 @@ fn cmd_e2e(
     std::fs::write(&text, e2e::perplexity_text()).map_err(|e| e.to_string())?;
     let mut lines = Vec::new();
     let mut ok = true;
-    for order in build.orders() {
-        let dir = e2e::tools_dir(order)?;
-        let b = order.name().to_string();
+    for variant in build.variants() {
+        let dir = e2e::tools_dir(variant)?;
+        let b = variant.to_string();
         let both = |tool: &str, args: &[String]| -> Result<(e2e::ToolRun, e2e::ToolRun)> {
             let timing = tool == "llama-bench";
-            let stock = e2e::run_tool(&dir, tool, args, None, timing)?;
-            let ours = e2e::run_tool(&dir, tool, args, Some(&lib), timing)?;
+            let stock = e2e::run_tool_complete(&dir, tool, args, None, timing)?;
+            let ours = e2e::run_tool_complete(&dir, tool, args, Some(&lib), timing)?;
             if !timing && e2e::served_calls(&ours) == 0 {
                 return Err(format!(
                     "{tool} under the preload made no call into ggml-lowbit"
