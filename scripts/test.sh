@@ -9,6 +9,7 @@ command -v cargo >/dev/null || { echo "test.sh: cargo not found (install Rust)" 
 echo "== stock builds (cached after the first run)"
 scripts/stock-llama.sh haswell
 scripts/stock-llama.sh x64
+scripts/stock-llama.sh haswell-dl
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
