@@ -8,6 +8,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define ALIGNMENT 32
+
+/*
+ ggml type ids.
+ */
+#define GGML_TYPE_F32 0
+
+#define GGML_TYPE_Q2_0 42
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus

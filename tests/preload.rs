@@ -162,3 +162,22 @@ fn contradictory_settings_abort_with_a_message() {
         "{text}"
     );
 }
+
+#[test]
+fn a_host_without_ggml_is_not_disturbed() {
+    // Preloaded into a program that never calls a ggml symbol (as over a llama.cpp that lacks one): the library
+    // stays inert, prints nothing and changes nothing.
+    let out = Command::new("sh")
+        .args(["-c", "echo hello"])
+        .env("LD_PRELOAD", library())
+        .env("GGML_LOWBIT_LOG", "1")
+        .output()
+        .expect("run sh");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
