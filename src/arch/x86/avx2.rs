@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use super::q2_0_tail;
+use super::{pipelined, q2_0_tail};
 use crate::formats::q2_0::BlockQ2_0;
 use crate::formats::q8_0::{quantize_block_q8_0_ref_model, BlockQ8_0, QK8_0};
 use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf};
@@ -126,22 +126,13 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     let batches = x.len() / 4;
     let xp = x.as_ptr() as *const u8;
     let yp = y.as_ptr() as *const u8;
-    let mut sumf = 0.0f32;
-    if batches > 0 {
-        // SAFETY: batch k < batches covers blocks 4k..4k+4 of x and 8k..8k+8 of y, inside the slices.
-        unsafe {
-            let at = |k: usize| (xp.add(4 * k * Q2_BYTES), yp.add(8 * k * Q8_BYTES));
-            let (xb, yb) = at(0);
-            let mut pending = q2_batch_terms::<FMA>(xb, yb);
-            for k in 1..batches {
-                let (xb, yb) = at(k);
-                let next = q2_batch_terms::<FMA>(xb, yb);
-                sumf = q2_batch_chain::<FMA>(sumf, pending);
-                pending = next;
-            }
-            sumf = q2_batch_chain::<FMA>(sumf, pending);
-        }
-    }
+    // SAFETY (both closures): batch k < batches covers blocks 4k..4k+4 of x and 8k..8k+8 of y, inside the
+    // slices; this function's target features cover the helpers'.
+    let sumf = pipelined(
+        batches,
+        |k| unsafe { q2_batch_terms::<FMA>(xp.add(4 * k * Q2_BYTES), yp.add(8 * k * Q8_BYTES)) },
+        |sumf, terms| unsafe { q2_batch_chain::<FMA>(sumf, terms) },
+    );
     // Up to three blocks left: the scalar chain continues with the same float order.
     let done = 4 * batches;
     q2_0_tail::<FMA>(sumf, &x[done..], &y[2 * done..])

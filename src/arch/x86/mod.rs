@@ -5,6 +5,28 @@ pub mod avx512;
 use crate::formats::q2_0::{half_block_isum, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
 
+/// The software pipelining both SIMD Q2_0 kernels use: batch `k + 1`'s work that does not depend on the running
+/// sum (`terms`) is issued before batch `k`'s sequential float chain (`chain`), so the chain (4 cycles per block)
+/// overlaps the next batch's vector work instead of waiting behind it.
+#[inline(always)]
+pub(crate) fn pipelined<T>(
+    batches: usize,
+    terms: impl Fn(usize) -> T,
+    chain: impl Fn(f32, T) -> f32,
+) -> f32 {
+    if batches == 0 {
+        return 0.0;
+    }
+    let mut sumf = 0.0f32;
+    let mut pending = terms(0);
+    for k in 1..batches {
+        let next = terms(k);
+        sumf = chain(sumf, pending);
+        pending = next;
+    }
+    chain(sumf, pending)
+}
+
 /// The float chain for the blocks a SIMD main loop leaves over (fewer than its batch), continuing from `sumf`.
 /// Same operations as the scalar models, so the bits continue seamlessly.
 #[inline(always)]
