@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define QK_PQ2_0 128
+
 #define ALIGNMENT 32
 
 /*
@@ -51,6 +53,29 @@ void quantize_row_q8_0(const float *x, void *vy, int64_t k);
  As ggml's: `vx` holds `k/64` blocks, `y` has room for `k` floats.
  */
 void dequantize_row_q2_0(const void *vx, float *y, int64_t k);
+
+/*
+ PrismML fork: `*s = Σ` of one PQ2_0 row (`vx`, `n/128` blocks) against one q8_0 row (`vy`, `n/32` blocks).
+
+ # Safety
+ As the fork's: `vx` and `vy` hold `n/128` and `4·(n/128)` blocks, `s` is writable.
+ */
+void ggml_vec_dot_pq2_0_q8_0(int n,
+                             float *s,
+                             size_t bs,
+                             const void *vx,
+                             size_t bx,
+                             const void *vy,
+                             size_t by,
+                             int nrc);
+
+/*
+ PrismML fork: dequantizes `k` weights (whole blocks of 128) of a PQ2_0 row.
+
+ # Safety
+ As the fork's: `vx` holds `k/128` blocks, `y` has room for `k` floats.
+ */
+void dequantize_row_pq2_0(const void *vx, float *y, int64_t k);
 
 /*
  The instruction set the library runs on: a static NUL-terminated string (`"scalar"`, `"avx2"`, `"avx512"`).

@@ -11,6 +11,7 @@
 
 use std::sync::OnceLock;
 
+use crate::formats::pq2_0::{self, BlockPQ2_0};
 use crate::formats::q2_0::{self, BlockQ2_0};
 use crate::formats::q8_0::{self, BlockQ8_0};
 use crate::FloatOrder;
@@ -84,6 +85,7 @@ pub struct Kernels {
     vec_dot_q2_0_q8_0: unsafe fn(&[BlockQ2_0], &[BlockQ8_0]) -> f32,
     quantize_row_q8_0: unsafe fn(&[f32], &mut [BlockQ8_0]),
     dequantize_row_q2_0: unsafe fn(&[BlockQ2_0], &mut [f32]),
+    vec_dot_pq2_0_q8_0: unsafe fn(&[BlockPQ2_0], &[BlockQ8_0]) -> f32,
 }
 
 impl Kernels {
@@ -110,6 +112,11 @@ impl Kernels {
                             avx512::quantize_row_q8_0::<false>
                         },
                         dequantize_row_q2_0: avx512::dequantize_row_q2_0,
+                        vec_dot_pq2_0_q8_0: if haswell {
+                            avx512::vec_dot_pq2_0_q8_0::<true>
+                        } else {
+                            avx512::vec_dot_pq2_0_q8_0::<false>
+                        },
                     }
                 }
                 Isa::Avx2 => {
@@ -127,6 +134,11 @@ impl Kernels {
                             avx2::quantize_row_q8_0::<false>
                         },
                         dequantize_row_q2_0: avx2::dequantize_row_q2_0,
+                        vec_dot_pq2_0_q8_0: if haswell {
+                            avx2::vec_dot_pq2_0_q8_0::<true>
+                        } else {
+                            avx2::vec_dot_pq2_0_q8_0::<false>
+                        },
                     }
                 }
                 Isa::Scalar => {}
@@ -146,6 +158,11 @@ impl Kernels {
                 scalar_quantize_x64
             },
             dequantize_row_q2_0: q2_0::dequantize_row_q2_0_model,
+            vec_dot_pq2_0_q8_0: if haswell {
+                pq2_0::vec_dot_pq2_0_q8_0_fma_model
+            } else {
+                pq2_0::vec_dot_pq2_0_q8_0_nofma_model
+            },
         }
     }
 
@@ -168,6 +185,24 @@ impl Kernels {
         assert!(y.len() >= q2_0::QK2_0 * x.len(), "f32 output too short");
         // SAFETY: as above.
         unsafe { (self.dequantize_row_q2_0)(x, y) }
+    }
+}
+
+impl Kernels {
+    /// PrismML's PQ2_0 against `4·x.len()` q8_0 blocks, in the FMA (haswell) or unfused (x64) chain.
+    pub fn vec_dot_pq2_0_q8_0(&self, x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
+        assert!(
+            y.len() >= 4 * x.len(),
+            "q8_0 row shorter than the PQ2_0 row"
+        );
+        // SAFETY: as `vec_dot_q2_0_q8_0`.
+        unsafe { (self.vec_dot_pq2_0_q8_0)(x, y) }
+    }
+
+    /// `dequantize_row_pq2_0` (not a hot path: the scalar model on every instruction set).
+    pub fn dequantize_row_pq2_0(&self, x: &[BlockPQ2_0], y: &mut [f32]) {
+        assert!(y.len() >= pq2_0::QK_PQ2_0 * x.len(), "f32 output too short");
+        pq2_0::dequantize_row_pq2_0_model(x, y)
     }
 }
 

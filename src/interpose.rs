@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 use crate::dispatch::{default_order, env_choice, Isa, Kernels};
+use crate::formats::pq2_0::BlockPQ2_0;
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_fma_model, vec_dot_q2_0_q8_0_nofma_model, BlockQ2_0};
 use crate::formats::q8_0::{
     quantize_block_q8_0_avx_model, quantize_block_q8_0_ref_model, BlockQ8_0,
@@ -44,6 +45,8 @@ pub struct Next {
     pub vec_dot_q2_0_q8_0: Option<VecDotFn>,
     pub quantize_row_q8_0: Option<QuantizeRowFn>,
     pub dequantize_row_q2_0: Option<DequantizeRowFn>,
+    pub vec_dot_pq2_0_q8_0: Option<VecDotFn>,
+    pub dequantize_row_pq2_0: Option<DequantizeRowFn>,
 }
 
 pub struct Config {
@@ -120,6 +123,14 @@ fn find_next() -> Next {
         dequantize_row_q2_0: next_symbol::<DequantizeRowFn>(
             c"dequantize_row_q2_0",
             ffi::dequantize_row_q2_0 as *const () as usize,
+        ),
+        vec_dot_pq2_0_q8_0: next_symbol::<VecDotFn>(
+            c"ggml_vec_dot_pq2_0_q8_0",
+            ffi::ggml_vec_dot_pq2_0_q8_0 as *const () as usize,
+        ),
+        dequantize_row_pq2_0: next_symbol::<DequantizeRowFn>(
+            c"dequantize_row_pq2_0",
+            ffi::dequantize_row_pq2_0 as *const () as usize,
         ),
     }
 }
@@ -409,6 +420,98 @@ pub fn whole_blocks(n: i64, qk: usize) -> usize {
     }
 }
 
+/// The arguments of a `ggml_vec_dot_*` call, passed on unchanged to the stock symbol.
+#[derive(Clone, Copy)]
+pub struct VecDotArgs {
+    pub n: c_int,
+    pub s: *mut f32,
+    pub bs: usize,
+    pub vx: *const c_void,
+    pub bx: usize,
+    pub vy: *const c_void,
+    pub by: usize,
+    pub nrc: c_int,
+}
+
+/// Serves one vec_dot call: `ours` computes the value; `next` is the shadowed stock symbol, if any.
+///
+/// # Safety
+/// ggml's contract for the symbol: `args.s` is writable and the rows hold what `ours` and the stock symbol read.
+unsafe fn serve_vec_dot(
+    symbol: &str,
+    next: Option<VecDotFn>,
+    a: VecDotArgs,
+    ours: impl FnOnce() -> f32,
+) {
+    let c = config();
+    match (c.mode, next) {
+        (Mode::Serve, _) | (_, None) => {
+            count(&SERVED, c);
+            // SAFETY: `s` is writable by ggml's contract.
+            unsafe { *a.s = ours() };
+        }
+        (Mode::Disable, Some(stock)) => {
+            count(&PASSED, c);
+            // SAFETY: the shadowed symbol, called with the caller's own arguments.
+            unsafe { stock(a.n, a.s, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc) };
+        }
+        (Mode::Verify { abort }, Some(stock)) => {
+            count(&SERVED, c);
+            VERIFIED.fetch_add(1, Relaxed);
+            let mine = ours();
+            let mut theirs = 0f32;
+            // SAFETY: as above, with our own output slot.
+            unsafe { stock(a.n, &mut theirs, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc) };
+            compare_floats(symbol, abort, &[mine], &[theirs]);
+            // SAFETY: `s` is writable by ggml's contract.
+            unsafe { *a.s = mine };
+        }
+    }
+}
+
+/// Serves one dequantize call of `values` floats (whole blocks): `ours` fills the output.
+///
+/// # Safety
+/// ggml's contract: `y` has room for `k` floats and `vx` holds the blocks both implementations read.
+unsafe fn serve_dequantize(
+    symbol: &str,
+    next: Option<DequantizeRowFn>,
+    (vx, y, k): (*const c_void, *mut f32, i64),
+    values: usize,
+    ours: impl Fn(&mut [f32]),
+) {
+    let c = config();
+    let out = || -> &mut [f32] {
+        if values == 0 {
+            &mut []
+        } else {
+            // SAFETY: ggml's contract: `y` has room for `k` floats, of which `values` are whole blocks.
+            unsafe { std::slice::from_raw_parts_mut(y, values) }
+        }
+    };
+    match (c.mode, next) {
+        (Mode::Serve, _) | (_, None) => {
+            count(&SERVED, c);
+            ours(out());
+        }
+        (Mode::Disable, Some(stock)) => {
+            count(&PASSED, c);
+            // SAFETY: the shadowed symbol, called with the caller's own arguments.
+            unsafe { stock(vx, y, k) };
+        }
+        (Mode::Verify { abort }, Some(stock)) => {
+            count(&SERVED, c);
+            VERIFIED.fetch_add(1, Relaxed);
+            let mut theirs = vec![0f32; values];
+            // SAFETY: as above, into our own buffer of `k` floats.
+            unsafe { stock(vx, theirs.as_mut_ptr(), k) };
+            let mine = out();
+            ours(mine);
+            compare_floats(symbol, abort, mine, &theirs);
+        }
+    }
+}
+
 /// # Safety
 /// ggml's contract for `ggml_vec_dot_q2_0_q8_0`.
 #[allow(clippy::too_many_arguments)]
@@ -424,32 +527,63 @@ pub unsafe fn vec_dot_q2_0_q8_0(
 ) {
     let c = config();
     let nb = whole_blocks(n as i64, 64);
-    let ours = || {
-        // SAFETY: ggml's contract: `vx` holds `n/64` blocks and `vy` `n/32`.
-        unsafe { c.kernels.vec_dot_q2_0_q8_0(view(vx, nb), view(vy, 2 * nb)) }
+    let args = VecDotArgs {
+        n,
+        s,
+        bs,
+        vx,
+        bx,
+        vy,
+        by,
+        nrc,
     };
-    match (c.mode, c.next.vec_dot_q2_0_q8_0) {
-        (Mode::Serve, _) | (_, None) => {
-            count(&SERVED, c);
-            // SAFETY: `s` is writable by ggml's contract.
-            unsafe { *s = ours() };
-        }
-        (Mode::Disable, Some(stock)) => {
-            count(&PASSED, c);
-            // SAFETY: the shadowed symbol, called with the caller's own arguments.
-            unsafe { stock(n, s, bs, vx, bx, vy, by, nrc) };
-        }
-        (Mode::Verify { abort }, Some(stock)) => {
-            count(&SERVED, c);
-            VERIFIED.fetch_add(1, Relaxed);
-            let mine = ours();
-            let mut theirs = 0f32;
-            // SAFETY: as above, with our own output slot.
-            unsafe { stock(n, &mut theirs, bs, vx, bx, vy, by, nrc) };
-            compare_floats("ggml_vec_dot_q2_0_q8_0", abort, &[mine], &[theirs]);
-            // SAFETY: `s` is writable by ggml's contract.
-            unsafe { *s = mine };
-        }
+    // SAFETY: ggml's contract: `vx` holds `n/64` blocks and `vy` `n/32`; `s` is writable.
+    unsafe {
+        serve_vec_dot(
+            "ggml_vec_dot_q2_0_q8_0",
+            c.next.vec_dot_q2_0_q8_0,
+            args,
+            || c.kernels.vec_dot_q2_0_q8_0(view(vx, nb), view(vy, 2 * nb)),
+        )
+    }
+}
+
+/// # Safety
+/// The fork's contract for `ggml_vec_dot_pq2_0_q8_0`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn vec_dot_pq2_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let c = config();
+    let nb = whole_blocks(n as i64, 128);
+    let args = VecDotArgs {
+        n,
+        s,
+        bs,
+        vx,
+        bx,
+        vy,
+        by,
+        nrc,
+    };
+    // SAFETY: the fork's contract: `vx` holds `n/128` blocks and `vy` `n/32`; `s` is writable.
+    unsafe {
+        serve_vec_dot(
+            "ggml_vec_dot_pq2_0_q8_0",
+            c.next.vec_dot_pq2_0_q8_0,
+            args,
+            || {
+                c.kernels
+                    .vec_dot_pq2_0_q8_0(view::<BlockPQ2_0>(vx, nb), view(vy, 4 * nb))
+            },
+        )
     }
 }
 
@@ -507,35 +641,33 @@ pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
 pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
     let c = config();
     let nb = whole_blocks(k, 64);
-    // SAFETY: ggml's contract: `vx` holds `k/64` blocks.
-    let x: &[BlockQ2_0] = unsafe { view(vx, nb) };
-    let out = || -> &mut [f32] {
-        if nb == 0 {
-            &mut []
-        } else {
-            // SAFETY: ggml's contract: `y` has room for `k` floats.
-            unsafe { std::slice::from_raw_parts_mut(y, nb * 64) }
-        }
-    };
-    match (c.mode, c.next.dequantize_row_q2_0) {
-        (Mode::Serve, _) | (_, None) => {
-            count(&SERVED, c);
-            c.kernels.dequantize_row_q2_0(x, out());
-        }
-        (Mode::Disable, Some(stock)) => {
-            count(&PASSED, c);
-            // SAFETY: the shadowed symbol, called with the caller's own arguments.
-            unsafe { stock(vx, y, k) };
-        }
-        (Mode::Verify { abort }, Some(stock)) => {
-            count(&SERVED, c);
-            VERIFIED.fetch_add(1, Relaxed);
-            let mut theirs = vec![0f32; nb * 64];
-            // SAFETY: as above, into our own buffer of `k` floats.
-            unsafe { stock(vx, theirs.as_mut_ptr(), k) };
-            let mine = out();
-            c.kernels.dequantize_row_q2_0(x, mine);
-            compare_floats("dequantize_row_q2_0", abort, mine, &theirs);
-        }
+    // SAFETY: ggml's contract: `vx` holds `k/64` blocks, `y` has room for `k` floats.
+    unsafe {
+        let x: &[BlockQ2_0] = view(vx, nb);
+        serve_dequantize(
+            "dequantize_row_q2_0",
+            c.next.dequantize_row_q2_0,
+            (vx, y, k),
+            nb * 64,
+            |out| c.kernels.dequantize_row_q2_0(x, out),
+        )
+    }
+}
+
+/// # Safety
+/// The fork's contract for `dequantize_row_pq2_0`.
+pub unsafe fn dequantize_row_pq2_0(vx: *const c_void, y: *mut f32, k: i64) {
+    let c = config();
+    let nb = whole_blocks(k, 128);
+    // SAFETY: the fork's contract: `vx` holds `k/128` blocks, `y` has room for `k` floats.
+    unsafe {
+        let x: &[BlockPQ2_0] = view(vx, nb);
+        serve_dequantize(
+            "dequantize_row_pq2_0",
+            c.next.dequantize_row_pq2_0,
+            (vx, y, k),
+            nb * 128,
+            |out| c.kernels.dequantize_row_pq2_0(x, out),
+        )
     }
 }

@@ -9,13 +9,15 @@
 
 use std::arch::x86_64::*;
 
-use super::{pipelined, q2_0_tail};
+use super::{pipelined, pq2_0_tail, q2_0_tail};
+use crate::formats::pq2_0::{pq2_0_block_chain, BlockPQ2_0};
 use crate::formats::q2_0::BlockQ2_0;
 use crate::formats::q8_0::{quantize_block_q8_0_ref_model, BlockQ8_0, QK8_0};
 use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf};
 
 const Q2_BYTES: usize = 18;
 const Q8_BYTES: usize = 34;
+const PQ2_BYTES: usize = 34;
 
 /// `Σ(c − 1)·q` of one 32-weight half as 16 i16 pair sums. `codes` points at the block's 16 code bytes
 /// (`idx` picks dwords 0,1 or 2,3 of them), `q` at the 32 q8 bytes.
@@ -39,42 +41,65 @@ unsafe fn q2_half_pairs(codes: __m256i, idx: __m256i, q: *const u8) -> __m256i {
     }
 }
 
-/// Per-batch float terms of four blocks: for the FMA chain `(d0, sumi)`, for the unfused chain `(d0·sumi, _)`,
-/// lane `k` belonging to block `k`. Nothing here depends on the running `sumf`.
+/// `Σ(c − 1)·q` of four 64-weight code groups (`codes(g)` points at group `g`'s 16 code bytes) against the 8
+/// q8_0 blocks at `yb`, as floats. Lane `4h + g` holds half `h` of group `g`, i.e. q8_0 block `2g + h`. Shared by
+/// Q2_0 (a group is a block) and PQ2_0 (a block is two groups).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m128, __m128) {
-    // SAFETY (whole body): the caller guarantees 4 whole Q2_0 blocks at `xb` and 8 q8_0 blocks at `yb`;
-    // features are enabled by the calling kernel.
+unsafe fn group_sums(codes: impl Fn(usize) -> *const u8, yb: *const u8) -> __m256 {
+    // SAFETY (whole body): the caller guarantees 16 code bytes at each `codes(g)` and 8 q8_0 blocks at `yb`;
+    // features are enabled by this function.
     unsafe {
         let idx_lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
         let idx_hi = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
         let mut h = [_mm256_setzero_si256(); 8];
-        for b in 0..4 {
-            let codes =
-                _mm256_castsi128_si256(_mm_loadu_si128(xb.add(b * Q2_BYTES + 2) as *const __m128i));
-            h[b] = q2_half_pairs(codes, idx_lo, yb.add((2 * b) * Q8_BYTES + 2));
-            h[4 + b] = q2_half_pairs(codes, idx_hi, yb.add((2 * b + 1) * Q8_BYTES + 2));
+        for g in 0..4 {
+            let c = _mm256_castsi128_si256(_mm_loadu_si128(codes(g) as *const __m128i));
+            h[g] = q2_half_pairs(c, idx_lo, yb.add((2 * g) * Q8_BYTES + 2));
+            h[4 + g] = q2_half_pairs(c, idx_hi, yb.add((2 * g + 1) * Q8_BYTES + 2));
         }
-        // Lane order of the reduced sums: halves k = 0 of blocks 0..3, then halves k = 1.
         let a = _mm256_hadd_epi16(h[0], h[1]);
         let b = _mm256_hadd_epi16(h[2], h[3]);
         let c = _mm256_hadd_epi16(h[4], h[5]);
         let d = _mm256_hadd_epi16(h[6], h[7]);
-        let g = _mm256_hadd_epi16(_mm256_hadd_epi16(a, b), _mm256_hadd_epi16(c, d));
-        let sums16 = _mm_add_epi16(_mm256_castsi256_si128(g), _mm256_extracti128_si256::<1>(g));
-        let s = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(sums16));
+        let t = _mm256_hadd_epi16(_mm256_hadd_epi16(a, b), _mm256_hadd_epi16(c, d));
+        let sums16 = _mm_add_epi16(_mm256_castsi256_si128(t), _mm256_extracti128_si256::<1>(t));
+        _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(sums16))
+    }
+}
 
-        // Scales in the same lane order, collected with scalar moves (gathers are slow on some cores).
+/// The scales of the 8 q8_0 blocks at `yb` in `group_sums`' lane order (q8_0 block `2g + h` in lane `4h + g`),
+/// collected with scalar moves (gathers are slow on some cores).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group_d1(yb: *const u8) -> __m256 {
+    let mut bits = [0u16; 8];
+    for g in 0..4 {
+        for h in 0..2 {
+            // SAFETY: the caller guarantees 8 q8_0 blocks at `yb`; each read is a block's 2-byte scale.
+            bits[4 * h + g] =
+                unsafe { (yb.add((2 * g + h) * Q8_BYTES) as *const u16).read_unaligned() };
+        }
+    }
+    // SAFETY: a load of the local array.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr() as *const __m128i)) }
+}
+
+/// Per-batch float terms of four Q2_0 blocks: for the FMA chain `(d0, sumi)`, for the unfused chain
+/// `(d0·sumi, _)`, lane `k` belonging to block `k`. Nothing here depends on the running `sumf`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m128, __m128) {
+    // SAFETY (whole body): the caller guarantees 4 whole Q2_0 blocks at `xb` and 8 q8_0 blocks at `yb`;
+    // features are enabled by this function.
+    unsafe {
+        let s = group_sums(|g| xb.add(g * Q2_BYTES + 2), yb);
+        let d1 = group_d1(yb);
         let mut d0_bits = [0u16; 8];
-        let mut d1_bits = [0u16; 8];
-        for k in 0..4 {
-            d0_bits[k] = (xb.add(k * Q2_BYTES) as *const u16).read_unaligned();
-            d1_bits[k] = (yb.add(2 * k * Q8_BYTES) as *const u16).read_unaligned();
-            d1_bits[4 + k] = (yb.add((2 * k + 1) * Q8_BYTES) as *const u16).read_unaligned();
+        for (k, d) in d0_bits.iter_mut().take(4).enumerate() {
+            *d = (xb.add(k * Q2_BYTES) as *const u16).read_unaligned();
         }
         let d0 = _mm_cvtph_ps(_mm_loadu_si128(d0_bits.as_ptr() as *const __m128i));
-        let d1 = _mm256_cvtph_ps(_mm_loadu_si128(d1_bits.as_ptr() as *const __m128i));
         let (s_lo, s_hi) = (_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
         let (d1_lo, d1_hi) = (_mm256_castps256_ps128(d1), _mm256_extractf128_ps::<1>(d1));
         if FMA {
@@ -136,6 +161,51 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     // Up to three blocks left: the scalar chain continues with the same float order.
     let done = 4 * batches;
     q2_0_tail::<FMA>(sumf, &x[done..], &y[2 * done..])
+}
+
+/// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: two blocks (four code
+/// groups) per batch through `group_sums`, then each block's four-step `sumi` and the `sumf` step in scalar
+/// code, software-pipelined like the Q2_0 kernel.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.len() >= 4 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
+    debug_assert!(y.len() >= 4 * x.len());
+    let batches = x.len() / 2;
+    let xp = x.as_ptr() as *const u8;
+    let yp = y.as_ptr() as *const u8;
+    // SAFETY (both closures): batch k < batches covers blocks 2k..2k+2 of x and 8k..8k+8 of y, inside the
+    // slices; this function's target features cover the helpers'.
+    let sumf = pipelined(
+        batches,
+        |k| unsafe {
+            let (xb, yb) = (xp.add(2 * k * PQ2_BYTES), yp.add(8 * k * Q8_BYTES));
+            let s = group_sums(|g| xb.add((g / 2) * PQ2_BYTES + 2 + 16 * (g % 2)), yb);
+            (s, group_d1(yb), [0, 1].map(|p| x[2 * k + p].d.to_f32()))
+        },
+        |mut sumf, (s, d1, d0): (__m256, __m256, [f32; 2])| {
+            let (mut sv, mut dv) = ([0f32; 8], [0f32; 8]);
+            // SAFETY: stores of two registers into local arrays.
+            unsafe {
+                _mm256_storeu_ps(sv.as_mut_ptr(), s);
+                _mm256_storeu_ps(dv.as_mut_ptr(), d1);
+            }
+            for (p, d0p) in d0.into_iter().enumerate() {
+                // q8_0 block k of block p is half k % 2 of group 2p + k / 2: lane 4·(k % 2) + 2p + k / 2.
+                let lane = |k: usize| 4 * (k % 2) + 2 * p + k / 2;
+                sumf = pq2_0_block_chain::<FMA>(
+                    sumf,
+                    d0p,
+                    [0, 1, 2, 3].map(|k| dv[lane(k)]),
+                    [0, 1, 2, 3].map(|k| sv[lane(k)]),
+                );
+            }
+            sumf
+        },
+    );
+    let done = 2 * batches;
+    pq2_0_tail::<FMA>(sumf, &x[done..], &y[4 * done..])
 }
 
 /// `dequantize_row_q2_0`: `((c − 1) as f32) · d`, eight weights per step.

@@ -12,12 +12,14 @@
 
 use std::arch::x86_64::*;
 
-use super::{pipelined, q2_0_tail};
+use super::{pipelined, pq2_0_tail, q2_0_tail};
+use crate::formats::pq2_0::{pq2_0_block_chain, BlockPQ2_0};
 use crate::formats::q2_0::BlockQ2_0;
 use crate::formats::q8_0::BlockQ8_0;
 
 const Q2_BYTES: usize = 18;
 const Q8_BYTES: usize = 34;
+const PQ2_BYTES: usize = 34;
 
 /// Sixteen dword partials of one block: dwords 0..7 sum the first half, 8..15 the second.
 #[inline(always)]
@@ -42,17 +44,18 @@ unsafe fn q2_block_partials(codes: *const u8, q0: *const u8, q1: *const u8) -> _
     }
 }
 
-/// Per-batch float terms of eight blocks: for the FMA chain `(d0, sumi)`, for the unfused chain `(d0·sumi, _)`.
-/// Block `k` sits in lane `CHAIN_LANES[k]`. Nothing here depends on the running `sumf`.
+/// `Σ(c − 1)·q` of eight 64-weight code groups (`codes(g)` points at group `g`'s 16 code bytes) against the 16
+/// q8_0 blocks at `yb`, as floats. Lane `8j + 4h + g` (j = g / 4) holds half `h` of group `4j + (g % 4)`, i.e.
+/// q8_0 block `2g + h`. Shared by Q2_0 (a group is a block) and PQ2_0 (a block is two groups).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m512, __m512) {
-    // SAFETY (whole body): the caller guarantees 8 whole Q2_0 blocks at `xb` and 16 q8_0 blocks at `yb`;
-    // features are enabled by the calling kernel.
+unsafe fn group_sums(codes: impl Fn(usize) -> *const u8, yb: *const u8) -> __m512 {
+    // SAFETY (whole body): the caller guarantees 16 code bytes at each `codes(g)` and 16 q8_0 blocks at `yb`;
+    // features are enabled by this function.
     unsafe {
-        let v: [__m512i; 8] = std::array::from_fn(|b| {
-            let q0 = yb.add(2 * b * Q8_BYTES + 2);
-            q2_block_partials(xb.add(b * Q2_BYTES + 2), q0, q0.add(Q8_BYTES))
+        let v: [__m512i; 8] = std::array::from_fn(|g| {
+            let q0 = yb.add(2 * g * Q8_BYTES + 2);
+            q2_block_partials(codes(g), q0, q0.add(Q8_BYTES))
         });
         // Reduction with in-lane unpacks only: after two levels, 128-bit lane l of r[j] holds
         // [v[4j]_l, v[4j+1]_l, v[4j+2]_l, v[4j+3]_l] (sums of lane l's four dwords).
@@ -66,28 +69,46 @@ unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m5
             unpack64(unpack32(v[0], v[1]), unpack32(v[2], v[3])),
             unpack64(unpack32(v[4], v[5]), unpack32(v[6], v[7])),
         ];
-        // A half is two 128-bit lanes: (0, 1) the first, (2, 3) the second. Lanes of the result: first halves
-        // of blocks 0..3, second halves of blocks 0..3, first halves of 4..7, second halves of 4..7.
+        // A half is two 128-bit lanes: (0, 1) the first, (2, 3) the second.
         let sums = _mm512_add_epi32(
             _mm512_shuffle_i32x4::<0x88>(r[0], r[1]),
             _mm512_shuffle_i32x4::<0xdd>(r[0], r[1]),
         );
-        let s = _mm512_cvtepi32_ps(sums);
+        _mm512_cvtepi32_ps(sums)
+    }
+}
 
-        // Scales in the same lane order, collected with scalar moves (the load/store ports are idle here;
-        // gathers are slow on some cores). d1 of (block 4j + b, half h) goes to lane 8j + 4h + b.
-        let mut d1_bits = [0u16; 16];
-        let mut d0_bits = [0u16; 16];
-        for j in 0..2 {
-            for b in 0..4 {
-                let blk = 4 * j + b;
-                d0_bits[8 * j + b] = (xb.add(blk * Q2_BYTES) as *const u16).read_unaligned();
-                d1_bits[8 * j + b] = (yb.add(2 * blk * Q8_BYTES) as *const u16).read_unaligned();
-                d1_bits[8 * j + 4 + b] =
-                    (yb.add((2 * blk + 1) * Q8_BYTES) as *const u16).read_unaligned();
-            }
+/// The scales of the 16 q8_0 blocks at `yb` in `group_sums`' lane order (q8_0 block `2g + h` in lane
+/// `8(g / 4) + 4h + g % 4`), collected with scalar moves (gathers are microcoded and slow on Zen 4).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn group_d1(yb: *const u8) -> __m512 {
+    let mut bits = [0u16; 16];
+    for g in 0..8 {
+        for h in 0..2 {
+            // SAFETY: the caller guarantees 16 q8_0 blocks at `yb`; each read is a block's 2-byte scale.
+            bits[8 * (g / 4) + 4 * h + g % 4] =
+                unsafe { (yb.add((2 * g + h) * Q8_BYTES) as *const u16).read_unaligned() };
         }
-        let d1 = _mm512_cvtph_ps(_mm256_loadu_si256(d1_bits.as_ptr() as *const __m256i));
+    }
+    // SAFETY: a load of the local array.
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(bits.as_ptr() as *const __m256i)) }
+}
+
+/// Per-batch float terms of eight Q2_0 blocks: for the FMA chain `(d0, sumi)`, for the unfused chain
+/// `(d0·sumi, _)`. Block `k` sits in lane `CHAIN_LANES[k]`. Nothing here depends on the running `sumf`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m512, __m512) {
+    // SAFETY (whole body): the caller guarantees 8 whole Q2_0 blocks at `xb` and 16 q8_0 blocks at `yb`;
+    // features are enabled by this function.
+    unsafe {
+        let s = group_sums(|g| xb.add(g * Q2_BYTES + 2), yb);
+        let d1 = group_d1(yb);
+        let mut d0_bits = [0u16; 16];
+        for k in 0..8 {
+            d0_bits[CHAIN_LANES[k]] = (xb.add(k * Q2_BYTES) as *const u16).read_unaligned();
+        }
         let d0 = _mm512_cvtph_ps(_mm256_loadu_si256(d0_bits.as_ptr() as *const __m256i));
         // Swapping 128-bit lanes (0 ↔ 1, 2 ↔ 3) puts each block's second half under its first.
         let swap = |v: __m512| _mm512_shuffle_f32x4::<0xb1>(v, v);
@@ -150,6 +171,58 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     // Up to seven blocks left: the scalar chain continues with the same float order.
     let done = 8 * batches;
     q2_0_tail::<FMA>(sumf, &x[done..], &y[2 * done..])
+}
+
+/// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: four blocks (eight
+/// code groups) per batch through `group_sums`, then each block's four-step `sumi` and the `sumf` step in scalar
+/// code, software-pipelined like the Q2_0 kernel.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= 4 * x.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
+    debug_assert!(y.len() >= 4 * x.len());
+    let batches = x.len() / 4;
+    let xp = x.as_ptr() as *const u8;
+    let yp = y.as_ptr() as *const u8;
+    // SAFETY (both closures): batch k < batches covers blocks 4k..4k+4 of x and 16k..16k+16 of y, inside the
+    // slices; this function's target features cover the helpers'.
+    let sumf = pipelined(
+        batches,
+        |k| unsafe {
+            let (xb, yb) = (xp.add(4 * k * PQ2_BYTES), yp.add(16 * k * Q8_BYTES));
+            let s = group_sums(|g| xb.add((g / 2) * PQ2_BYTES + 2 + 16 * (g % 2)), yb);
+            (
+                s,
+                group_d1(yb),
+                [0, 1, 2, 3].map(|p| x[4 * k + p].d.to_f32()),
+            )
+        },
+        |mut sumf, (s, d1, d0): (__m512, __m512, [f32; 4])| {
+            let (mut sv, mut dv) = ([0f32; 16], [0f32; 16]);
+            // SAFETY: stores of two registers into local arrays.
+            unsafe {
+                _mm512_storeu_ps(sv.as_mut_ptr(), s);
+                _mm512_storeu_ps(dv.as_mut_ptr(), d1);
+            }
+            for (p, d0p) in d0.into_iter().enumerate() {
+                // q8_0 block k of block p is half h = k % 2 of group g = 2p + k / 2: lane 8(g / 4) + 4h + g % 4.
+                let lane = |k: usize| {
+                    let g = 2 * p + k / 2;
+                    8 * (g / 4) + 4 * (k % 2) + g % 4
+                };
+                sumf = pq2_0_block_chain::<FMA>(
+                    sumf,
+                    d0p,
+                    [0, 1, 2, 3].map(|k| dv[lane(k)]),
+                    [0, 1, 2, 3].map(|k| sv[lane(k)]),
+                );
+            }
+            sumf
+        },
+    );
+    let done = 4 * batches;
+    pq2_0_tail::<FMA>(sumf, &x[done..], &y[4 * done..])
 }
 
 /// `dequantize_row_q2_0`: the same expansion as the dot product, 64 floats per block.
