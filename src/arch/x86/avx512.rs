@@ -13,7 +13,7 @@
 use std::arch::x86_64::*;
 
 use super::{pipelined, pq2_0_tail, q2_0_tail};
-use crate::formats::pq2_0::{pq2_0_block_chain, BlockPQ2_0};
+use crate::formats::pq2_0::BlockPQ2_0;
 use crate::formats::q2_0::BlockQ2_0;
 use crate::formats::q8_0::BlockQ8_0;
 
@@ -199,24 +199,56 @@ pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8
             )
         },
         |mut sumf, (s, d1, d0): (__m512, __m512, [f32; 4])| {
-            let (mut sv, mut dv) = ([0f32; 16], [0f32; 16]);
-            // SAFETY: stores of two registers into local arrays.
-            unsafe {
-                _mm512_storeu_ps(sv.as_mut_ptr(), s);
-                _mm512_storeu_ps(dv.as_mut_ptr(), d1);
-            }
-            for (p, d0p) in d0.into_iter().enumerate() {
-                // q8_0 block k of block p is half h = k % 2 of group g = 2p + k / 2: lane 8(g / 4) + 4h + g % 4.
-                let lane = |k: usize| {
+            // Each block's `sumi` in its own lane: vector k holds quarter k of blocks 0..3. Quarter k of block p is
+            // half h = k % 2 of group g = 2p + k / 2, in lane 8(g / 4) + 4h + g % 4 of `s` and `d1`.
+            let quarter = |v: __m512, k: i32| {
+                let lane = |p: i32| {
                     let g = 2 * p + k / 2;
                     8 * (g / 4) + 4 * (k % 2) + g % 4
                 };
-                sumf = pq2_0_block_chain::<FMA>(
-                    sumf,
-                    d0p,
-                    [0, 1, 2, 3].map(|k| dv[lane(k)]),
-                    [0, 1, 2, 3].map(|k| sv[lane(k)]),
-                );
+                // Register-only AVX-512F operations: safe inside this function's target features.
+                _mm512_castps512_ps128(_mm512_permutexvar_ps(
+                    _mm512_setr_epi32(
+                        lane(0),
+                        lane(1),
+                        lane(2),
+                        lane(3),
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                        0,
+                    ),
+                    v,
+                ))
+            };
+            // SAFETY: register-only operations, and a store into a local array.
+            let sumi = unsafe {
+                let mut acc = _mm_setzero_ps();
+                for k in 0..4 {
+                    acc = if FMA {
+                        _mm_fmadd_ps(quarter(d1, k), quarter(s, k), acc)
+                    } else {
+                        _mm_add_ps(acc, _mm_mul_ps(quarter(d1, k), quarter(s, k)))
+                    };
+                }
+                let mut lanes = [0f32; 4];
+                _mm_storeu_ps(lanes.as_mut_ptr(), acc);
+                lanes
+            };
+            for (d0p, sumip) in d0.into_iter().zip(sumi) {
+                sumf = if FMA {
+                    d0p.mul_add(sumip, sumf)
+                } else {
+                    sumf + d0p * sumip
+                };
             }
             sumf
         },

@@ -1,0 +1,49 @@
+/*
+ * The PrismML fork's generic PQ2_0 dot product as `formats.md` section 4 specifies it, written for this bench
+ * (not taken from the fork, which is not available here): per 128-weight block, four integer sums against four
+ * q8_0 blocks, `sumi += d1 * isum` for each, then `sumf += d0 * sumi`. The bench compiles it the way the fork is
+ * built on x86 (-O3 -mavx2 -mfma -mf16c), so GCC contracts each `+= a * b` into an FMA as it does there.
+ */
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint16_t d;
+    uint8_t qs[32];
+} pq2_0_block;
+
+typedef struct {
+    uint16_t d;
+    int8_t qs[32];
+} q8_0_block;
+
+void fork_vec_dot_pq2_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by,
+                             int nrc) {
+    (void)bs;
+    (void)bx;
+    (void)by;
+    (void)nrc;
+    const pq2_0_block *x = (const pq2_0_block *)vx;
+    const q8_0_block *y = (const q8_0_block *)vy;
+    const int blocks = n / 128;
+    float sumf = 0.0f;
+    for (int i = 0; i < blocks; i++) {
+        const float d0 = _cvtsh_ss(x[i].d);
+        float sumi = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            const q8_0_block *q8 = &y[4 * i + k];
+            const uint8_t *codes = &x[i].qs[8 * k];
+            int isum = 0;
+            for (int b = 0; b < 8; b++) {
+                for (int r = 0; r < 4; r++) {
+                    const int weight = (int)((codes[b] >> (2 * r)) & 3) - 1;
+                    isum += weight * q8->qs[4 * b + r];
+                }
+            }
+            sumi += _cvtsh_ss(q8->d) * (float)isum;
+        }
+        sumf += d0 * sumi;
+    }
+    *s = sumf;
+}

@@ -1,0 +1,115 @@
+//! Issue 5's yardstick for PQ2_0: our kernel against the fork's generic C, compiled here with the `cc` crate's
+//! compiler the way the fork is built on x86 (`-O3 -mavx2 -mfma -mf16c`, `bench/c/pq2_0_generic.c`), on the
+//! Bonsai 2 shapes, one thread, interleaved, medians. Also a cross-check: the compiled C and our FMA-order kernel
+//! must give the same bits on every row.
+
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use ggml_lowbit::dispatch::{Isa, Kernels};
+use ggml_lowbit::formats::blocks;
+use ggml_lowbit::stock::VecDotFn;
+use ggml_lowbit::FloatOrder;
+
+fn build_reference() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = root.join("target/bench-c");
+    std::fs::create_dir_all(&out).expect("target/bench-c");
+    let compiler = cc::Build::new()
+        .target("x86_64-unknown-linux-gnu")
+        .host("x86_64-unknown-linux-gnu")
+        .opt_level(3)
+        .cargo_metadata(false)
+        .get_compiler();
+    let so = out.join("libpq2_0_generic.so");
+    let status = Command::new(compiler.path())
+        .args(["-O3", "-mavx2", "-mfma", "-mf16c", "-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(root.join("bench/c/pq2_0_generic.c"))
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "compiling bench/c/pq2_0_generic.c failed");
+    so
+}
+
+fn main() {
+    let so = build_reference();
+    // SAFETY: our own freshly compiled C file; the symbol has ggml's vec_dot signature.
+    let lib = unsafe { libloading::Library::new(&so) }.expect("load the reference");
+    let reference: VecDotFn = *unsafe { lib.get(b"fork_vec_dot_pq2_0_q8_0\0") }.expect("symbol");
+    let ours = Kernels::new(Isa::Avx512, FloatOrder::Haswell);
+    for (rows, cols) in [(17408usize, 5120usize), (5120, 17408), (6144, 5120)] {
+        let nb = cols / 128;
+        let rb = nb * 34;
+        let mut state = 0x1234_5678_9abc_def0u64 ^ rows as u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        // Realistic scales (f16 around 0.02 and 0.016), random codes and activations.
+        let mut x = vec![0u8; rows * rb];
+        for (i, b) in x.iter_mut().enumerate() {
+            *b = match i % 34 {
+                0 => next() as u8,
+                1 => 0x25,
+                _ => next() as u8,
+            };
+        }
+        let mut y = vec![0u8; cols / 32 * 34];
+        for (i, b) in y.iter_mut().enumerate() {
+            *b = match i % 34 {
+                0 => next() as u8,
+                1 => 0x24,
+                _ => next() as u8,
+            };
+        }
+        let run_ours = |out: &mut [f32]| {
+            for (r, o) in out.iter_mut().enumerate() {
+                *o = ours.vec_dot_pq2_0_q8_0(blocks(&x[r * rb..(r + 1) * rb]), blocks(&y));
+            }
+        };
+        let run_ref = |out: &mut [f32]| {
+            for (r, o) in out.iter_mut().enumerate() {
+                let row = x[r * rb..].as_ptr() as *const c_void;
+                // SAFETY: row r holds cols/128 blocks and y cols/32; `o` is one float.
+                unsafe { reference(cols as i32, o, 0, row, 0, y.as_ptr() as *const c_void, 0, 1) };
+            }
+        };
+        let (mut a, mut b) = (vec![0f32; rows], vec![0f32; rows]);
+        run_ours(&mut a);
+        run_ref(&mut b);
+        let same = a
+            .iter()
+            .zip(&b)
+            .filter(|(p, q)| p.to_bits() == q.to_bits())
+            .count();
+        let (mut to, mut tr) = (Vec::new(), Vec::new());
+        for rep in 0..9 {
+            let time = |f: &dyn Fn(&mut [f32]), out: &mut [f32]| {
+                let t = Instant::now();
+                f(out);
+                t.elapsed().as_secs_f64() * 1e3
+            };
+            if rep % 2 == 0 {
+                to.push(time(&run_ours, &mut a));
+                tr.push(time(&run_ref, &mut b));
+            } else {
+                tr.push(time(&run_ref, &mut b));
+                to.push(time(&run_ours, &mut a));
+            }
+        }
+        to.sort_by(|p, q| p.total_cmp(q));
+        tr.sort_by(|p, q| p.total_cmp(q));
+        println!(
+            "pq2_0 {rows}x{cols}: ours {:.3} ms, fork generic C {:.3} ms: {:.2}x; bit-identical rows {same}/{rows} ({:?})",
+            to[4],
+            tr[4],
+            tr[4] / to[4],
+            ours.isa
+        );
+    }
+}
