@@ -67,8 +67,13 @@ pub fn pq2_0_block_chain<const FMA: bool>(sumf: f32, d0: f32, d1: [f32; 4], s: [
     }
 }
 
-fn model<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
-    let mut sumf = 0.0f32;
+/// The fork's chain over `x`, continuing from `sumf` (0 for a whole row); the SIMD kernels finish their rows
+/// with it, so the float order lives in one place.
+pub fn vec_dot_pq2_0_q8_0_from<const FMA: bool>(
+    mut sumf: f32,
+    x: &[BlockPQ2_0],
+    y: &[BlockQ8_0],
+) -> f32 {
     for (i, xb) in x.iter().enumerate() {
         let q = &y[4 * i..4 * i + 4];
         let s = [0, 1, 2, 3].map(|k| quarter_isum(xb, &q[k], k) as f32);
@@ -80,12 +85,12 @@ fn model<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
 
 /// The fork's `ggml_vec_dot_pq2_0_q8_0` built with FMA (GCC contracts each `+= ·`).
 pub fn vec_dot_pq2_0_q8_0_fma_model(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
-    model::<true>(x, y)
+    vec_dot_pq2_0_q8_0_from::<true>(0.0, x, y)
 }
 
 /// The same generic C built without FMA.
 pub fn vec_dot_pq2_0_q8_0_nofma_model(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
-    model::<false>(x, y)
+    vec_dot_pq2_0_q8_0_from::<false>(0.0, x, y)
 }
 
 pub fn vec_dot_pq2_0_q8_0_model(

@@ -51,32 +51,38 @@ pub fn half_block_isum(x: &BlockQ2_0, y: &BlockQ8_0, k: usize) -> i32 {
         .sum()
 }
 
-/// The haswell build's `ggml_vec_dot_q2_0_q8_0`: the generic C with FMA contraction.
-pub fn vec_dot_q2_0_q8_0_fma_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
-    let mut sumf = 0.0f32;
+/// The stock chain over `x`, continuing from `sumf` (0 for a whole row): `FMA` selects the haswell build's
+/// contracted form, otherwise every product and sum rounds on its own. The SIMD kernels finish their rows with
+/// it, so the float order lives in one place.
+pub fn vec_dot_q2_0_q8_0_from<const FMA: bool>(
+    mut sumf: f32,
+    x: &[BlockQ2_0],
+    y: &[BlockQ8_0],
+) -> f32 {
     for (i, xb) in x.iter().enumerate() {
         let (y0, y1) = (&y[2 * i], &y[2 * i + 1]);
         let s0 = half_block_isum(xb, y0, 0) as f32;
         let s1 = half_block_isum(xb, y1, 1) as f32;
-        let sumi = y0.d.to_f32().mul_add(s0, 0.0);
-        let sumi = y1.d.to_f32().mul_add(s1, sumi);
-        sumf = xb.d.to_f32().mul_add(sumi, sumf);
+        let (d0, d10, d11) = (xb.d.to_f32(), y0.d.to_f32(), y1.d.to_f32());
+        if FMA {
+            let sumi = d11.mul_add(s1, d10.mul_add(s0, 0.0));
+            sumf = d0.mul_add(sumi, sumf);
+        } else {
+            let sumi = (0.0 + d10 * s0) + d11 * s1;
+            sumf += d0 * sumi;
+        }
     }
     sumf
 }
 
+/// The haswell build's `ggml_vec_dot_q2_0_q8_0`: the generic C with FMA contraction.
+pub fn vec_dot_q2_0_q8_0_fma_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+    vec_dot_q2_0_q8_0_from::<true>(0.0, x, y)
+}
+
 /// The x64 build's `ggml_vec_dot_q2_0_q8_0`: the same C, every product and sum rounded on its own.
 pub fn vec_dot_q2_0_q8_0_nofma_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
-    let mut sumf = 0.0f32;
-    for (i, xb) in x.iter().enumerate() {
-        let (y0, y1) = (&y[2 * i], &y[2 * i + 1]);
-        let s0 = half_block_isum(xb, y0, 0) as f32;
-        let s1 = half_block_isum(xb, y1, 1) as f32;
-        let sumi = 0.0 + y0.d.to_f32() * s0;
-        let sumi = sumi + y1.d.to_f32() * s1;
-        sumf += xb.d.to_f32() * sumi;
-    }
-    sumf
+    vec_dot_q2_0_q8_0_from::<false>(0.0, x, y)
 }
 
 /// The model of `order`.

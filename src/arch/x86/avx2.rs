@@ -9,9 +9,9 @@
 
 use std::arch::x86_64::*;
 
-use super::{pipelined, pq2_0_tail, q2_0_tail};
-use crate::formats::pq2_0::{pq2_0_block_chain, BlockPQ2_0};
-use crate::formats::q2_0::BlockQ2_0;
+use super::pipelined;
+use crate::formats::pq2_0::{pq2_0_block_chain, vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
+use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::{quantize_block_q8_0_ref_model, BlockQ8_0, QK8_0};
 use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf};
 
@@ -160,7 +160,7 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     );
     // Up to three blocks left: the scalar chain continues with the same float order.
     let done = 4 * batches;
-    q2_0_tail::<FMA>(sumf, &x[done..], &y[2 * done..])
+    vec_dot_q2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[2 * done..])
 }
 
 /// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: two blocks (four code
@@ -205,7 +205,7 @@ pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8
         },
     );
     let done = 2 * batches;
-    pq2_0_tail::<FMA>(sumf, &x[done..], &y[4 * done..])
+    vec_dot_pq2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[4 * done..])
 }
 
 /// `dequantize_row_q2_0`: `((c − 1) as f32) · d`, eight weights per step.

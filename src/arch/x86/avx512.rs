@@ -12,9 +12,9 @@
 
 use std::arch::x86_64::*;
 
-use super::{pipelined, pq2_0_tail, q2_0_tail};
-use crate::formats::pq2_0::BlockPQ2_0;
-use crate::formats::q2_0::BlockQ2_0;
+use super::pipelined;
+use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
+use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
 
 const Q2_BYTES: usize = 18;
@@ -170,7 +170,7 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     );
     // Up to seven blocks left: the scalar chain continues with the same float order.
     let done = 8 * batches;
-    q2_0_tail::<FMA>(sumf, &x[done..], &y[2 * done..])
+    vec_dot_q2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[2 * done..])
 }
 
 /// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: four blocks (eight
@@ -254,7 +254,7 @@ pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8
         },
     );
     let done = 4 * batches;
-    pq2_0_tail::<FMA>(sumf, &x[done..], &y[4 * done..])
+    vec_dot_pq2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[4 * done..])
 }
 
 /// `dequantize_row_q2_0`: the same expansion as the dot product, 64 floats per block.

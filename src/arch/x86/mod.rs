@@ -2,11 +2,7 @@
 pub mod avx2;
 pub mod avx512;
 
-use crate::formats::pq2_0::{pq2_0_block_chain, quarter_isum, BlockPQ2_0};
-use crate::formats::q2_0::{half_block_isum, BlockQ2_0};
-use crate::formats::q8_0::BlockQ8_0;
-
-/// The software pipelining both SIMD Q2_0 kernels use: batch `k + 1`'s work that does not depend on the running
+/// The software pipelining the SIMD Q2_0 and PQ2_0 kernels use: batch `k + 1`'s work that does not depend on the running
 /// sum (`terms`) is issued before batch `k`'s sequential float chain (`chain`), so the chain (4 cycles per block)
 /// overlaps the next batch's vector work instead of waiting behind it.
 #[inline(always)]
@@ -26,38 +22,6 @@ pub(crate) fn pipelined<T>(
         pending = next;
     }
     chain(sumf, pending)
-}
-
-/// The float chain for the blocks a SIMD main loop leaves over (fewer than its batch), continuing from `sumf`.
-/// Same operations as the scalar models, so the bits continue seamlessly.
-#[inline(always)]
-pub(crate) fn q2_0_tail<const FMA: bool>(mut sumf: f32, x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
-    for (i, xb) in x.iter().enumerate() {
-        let (y0, y1) = (&y[2 * i], &y[2 * i + 1]);
-        let s0 = half_block_isum(xb, y0, 0) as f32;
-        let s1 = half_block_isum(xb, y1, 1) as f32;
-        let (d0, d10, d11) = (xb.d.to_f32(), y0.d.to_f32(), y1.d.to_f32());
-        if FMA {
-            let sumi = d11.mul_add(s1, d10.mul_add(s0, 0.0));
-            sumf = d0.mul_add(sumi, sumf);
-        } else {
-            let sumi = (0.0 + d10 * s0) + d11 * s1;
-            sumf += d0 * sumi;
-        }
-    }
-    sumf
-}
-
-/// PQ2_0's leftover blocks: the scalar chain of the models, continuing `sumf`.
-#[inline(always)]
-pub(crate) fn pq2_0_tail<const FMA: bool>(mut sumf: f32, x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
-    for (i, xb) in x.iter().enumerate() {
-        let q = &y[4 * i..4 * i + 4];
-        let s = [0, 1, 2, 3].map(|k| quarter_isum(xb, &q[k], k) as f32);
-        let d1 = [0, 1, 2, 3].map(|k| q[k].d.to_f32());
-        sumf = pq2_0_block_chain::<FMA>(sumf, xb.d.to_f32(), d1, s);
-    }
-    sumf
 }
 
 /// Tier 1: every ISA kernel against the scalar models, bit for bit. Exhaustive where the domain is small: all
