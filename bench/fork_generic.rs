@@ -3,42 +3,19 @@
 //! Bonsai 2 shapes, one thread, interleaved, medians. Also a cross-check: the compiled C and our FMA-order kernel
 //! must give the same bits on every row.
 
+#[path = "../tests/common/fork_c.rs"]
+mod fork_c;
+
 use std::ffi::c_void;
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Instant;
 
 use ggml_lowbit::dispatch::{Isa, Kernels};
 use ggml_lowbit::formats::blocks;
-use ggml_lowbit::stock::VecDotFn;
 use ggml_lowbit::FloatOrder;
 
-fn build_reference() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let out = root.join("target/bench-c");
-    std::fs::create_dir_all(&out).expect("target/bench-c");
-    let compiler = cc::Build::new()
-        .target("x86_64-unknown-linux-gnu")
-        .host("x86_64-unknown-linux-gnu")
-        .opt_level(3)
-        .cargo_metadata(false)
-        .get_compiler();
-    let so = out.join("libpq2_0_generic.so");
-    let status = Command::new(compiler.path())
-        .args(["-O3", "-mavx2", "-mfma", "-mf16c", "-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(root.join("bench/c/pq2_0_generic.c"))
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "compiling bench/c/pq2_0_generic.c failed");
-    so
-}
-
 fn main() {
-    let so = build_reference();
-    // SAFETY: our own freshly compiled C file; the symbol has ggml's vec_dot signature.
-    let lib = unsafe { libloading::Library::new(&so) }.expect("load the reference");
-    let reference: VecDotFn = *unsafe { lib.get(b"fork_vec_dot_pq2_0_q8_0\0") }.expect("symbol");
+    let built = fork_c::build(true);
+    let reference = built.vec_dot;
     let ours = Kernels::new(Isa::Avx512, FloatOrder::Haswell);
     for (rows, cols) in [(17408usize, 5120usize), (5120, 17408), (6144, 5120)] {
         let nb = cols / 128;

@@ -11,7 +11,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use crate::dispatch::active;
-use crate::interpose;
+use crate::interpose::{self, VecDotArgs};
 
 /// Prints `ggml-lowbit: <message>` on stderr and aborts: for errors that must not go on silently.
 pub fn fatal(message: &str) -> ! {
@@ -43,9 +43,19 @@ pub unsafe extern "C" fn ggml_vec_dot_q2_0_q8_0(
     by: usize,
     nrc: c_int,
 ) {
+    let args = VecDotArgs {
+        n,
+        s,
+        bs,
+        vx,
+        bx,
+        vy,
+        by,
+        nrc,
+    };
     // SAFETY: ggml's contract for this symbol, passed on.
     guard("ggml_vec_dot_q2_0_q8_0", || unsafe {
-        interpose::vec_dot_q2_0_q8_0(n, s, bs, vx, bx, vy, by, nrc)
+        interpose::vec_dot_q2_0_q8_0(args)
     })
 }
 
@@ -88,9 +98,19 @@ pub unsafe extern "C" fn ggml_vec_dot_pq2_0_q8_0(
     by: usize,
     nrc: c_int,
 ) {
+    let args = VecDotArgs {
+        n,
+        s,
+        bs,
+        vx,
+        bx,
+        vy,
+        by,
+        nrc,
+    };
     // SAFETY: the fork's contract for this symbol, passed on.
     guard("ggml_vec_dot_pq2_0_q8_0", || unsafe {
-        interpose::vec_dot_pq2_0_q8_0(n, s, bs, vx, bx, vy, by, nrc)
+        interpose::vec_dot_pq2_0_q8_0(args)
     })
 }
 

@@ -513,76 +513,40 @@ unsafe fn serve_dequantize(
 }
 
 /// # Safety
-/// ggml's contract for `ggml_vec_dot_q2_0_q8_0`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn vec_dot_q2_0_q8_0(
-    n: c_int,
-    s: *mut f32,
-    bs: usize,
-    vx: *const c_void,
-    bx: usize,
-    vy: *const c_void,
-    by: usize,
-    nrc: c_int,
-) {
+/// Ggml's contract for `ggml_vec_dot_q2_0_q8_0`.
+pub unsafe fn vec_dot_q2_0_q8_0(a: VecDotArgs) {
     let c = config();
-    let nb = whole_blocks(n as i64, 64);
-    let args = VecDotArgs {
-        n,
-        s,
-        bs,
-        vx,
-        bx,
-        vy,
-        by,
-        nrc,
+    let nb = whole_blocks(a.n as i64, 64);
+    let ours = || {
+        // SAFETY: ggml's contract: `vx` holds `n/64` blocks and `vy` `n/32`.
+        unsafe {
+            c.kernels
+                .vec_dot_q2_0_q8_0(view(a.vx, nb), view(a.vy, 2 * nb))
+        }
     };
-    // SAFETY: ggml's contract: `vx` holds `n/64` blocks and `vy` `n/32`; `s` is writable.
-    unsafe {
-        serve_vec_dot(
-            "ggml_vec_dot_q2_0_q8_0",
-            c.next.vec_dot_q2_0_q8_0,
-            args,
-            || c.kernels.vec_dot_q2_0_q8_0(view(vx, nb), view(vy, 2 * nb)),
-        )
-    }
+    // SAFETY: ggml's contract: `s` is writable and the rows hold what both implementations read.
+    unsafe { serve_vec_dot("ggml_vec_dot_q2_0_q8_0", c.next.vec_dot_q2_0_q8_0, a, ours) }
 }
 
 /// # Safety
 /// The fork's contract for `ggml_vec_dot_pq2_0_q8_0`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn vec_dot_pq2_0_q8_0(
-    n: c_int,
-    s: *mut f32,
-    bs: usize,
-    vx: *const c_void,
-    bx: usize,
-    vy: *const c_void,
-    by: usize,
-    nrc: c_int,
-) {
+pub unsafe fn vec_dot_pq2_0_q8_0(a: VecDotArgs) {
     let c = config();
-    let nb = whole_blocks(n as i64, 128);
-    let args = VecDotArgs {
-        n,
-        s,
-        bs,
-        vx,
-        bx,
-        vy,
-        by,
-        nrc,
+    let nb = whole_blocks(a.n as i64, 128);
+    let ours = || {
+        // SAFETY: the fork's contract: `vx` holds `n/128` blocks and `vy` `n/32`.
+        unsafe {
+            c.kernels
+                .vec_dot_pq2_0_q8_0(view::<BlockPQ2_0>(a.vx, nb), view(a.vy, 4 * nb))
+        }
     };
-    // SAFETY: the fork's contract: `vx` holds `n/128` blocks and `vy` `n/32`; `s` is writable.
+    // SAFETY: the fork's contract: `s` is writable and the rows hold what both implementations read.
     unsafe {
         serve_vec_dot(
             "ggml_vec_dot_pq2_0_q8_0",
             c.next.vec_dot_pq2_0_q8_0,
-            args,
-            || {
-                c.kernels
-                    .vec_dot_pq2_0_q8_0(view::<BlockPQ2_0>(vx, nb), view(vy, 4 * nb))
-            },
+            a,
+            ours,
         )
     }
 }

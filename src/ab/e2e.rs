@@ -37,9 +37,8 @@ pub struct ToolRun {
     pub seconds: f64,
 }
 
-/// Runs `tool` from `dir`; with `preload`, under `LD_PRELOAD` of our library with `GGML_LOWBIT_LOG=1` (call
-/// counts at exit) unless `quiet` (for timings, which should not pay for counting).
-pub fn run_tool(
+/// One run of `tool` (see `run_tool`).
+fn run_once(
     dir: &Path,
     tool: &str,
     args: &[String],
@@ -100,8 +99,10 @@ pub fn completion_marker(tool: &str) -> Option<&'static str> {
     }
 }
 
-/// `run_tool`, repeated (up to 4 runs) until the output holds the tool's completion marker.
-pub fn run_tool_complete(
+/// Runs `tool` from `dir`; with `preload`, under `LD_PRELOAD` of our library with `GGML_LOWBIT_LOG=1` (call
+/// counts at exit) unless `quiet` (for timings, which should not pay for counting). A run whose output lacks the
+/// tool's completion marker is repeated, up to four runs.
+pub fn run_tool(
     dir: &Path,
     tool: &str,
     args: &[String],
@@ -109,10 +110,10 @@ pub fn run_tool_complete(
     quiet: bool,
 ) -> Result<ToolRun, String> {
     let Some(marker) = completion_marker(tool) else {
-        return run_tool(dir, tool, args, preload, quiet);
+        return run_once(dir, tool, args, preload, quiet);
     };
     for _ in 0..4 {
-        let run = run_tool(dir, tool, args, preload, quiet)?;
+        let run = run_once(dir, tool, args, preload, quiet)?;
         if run.stdout.contains(marker) || run.stderr.contains(marker) {
             return Ok(run);
         }

@@ -238,31 +238,61 @@ pub fn time_vec_dot(
             m.rows, m.cols, a[r], b[r]
         ));
     }
-    let (mut to, mut ts) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
-    for rep in 0..reps {
-        let once = |f: VecDotFn, out: &mut [f32]| {
-            let t = Instant::now();
-            m.run(f, out, &team);
-            t.elapsed().as_secs_f64() * 1e3
-        };
-        if rep % 2 == 0 {
-            to.push(once(ours, &mut a));
-            ts.push(once(stock, &mut b));
-        } else {
-            ts.push(once(stock, &mut b));
-            to.push(once(ours, &mut a));
-        }
-    }
-    let (mo, ms) = (median(&mut to), median(&mut ts));
-    Ok(SpeedRow {
-        symbol: "ggml_vec_dot_q2_0_q8_0".into(),
-        shape: format!("{}x{}", m.rows, m.cols),
+    let time = |f: VecDotFn, out: &mut [f32]| {
+        let t = Instant::now();
+        m.run(f, out, &team);
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    let (mo, ms) = interleaved(reps, || time(ours, &mut a), || time(stock, &mut b));
+    let shape = format!("{}x{}", m.rows, m.cols);
+    Ok(SpeedRow::new(
+        "ggml_vec_dot_q2_0_q8_0",
+        shape,
         threads,
         reps,
-        ours_median_ms: mo,
-        stock_median_ms: ms,
-        ratio: ms / mo,
-    })
+        mo,
+        ms,
+    ))
+}
+
+/// `reps` timings of `ours` and of `stock`, alternating which goes first; the two medians.
+fn interleaved(
+    reps: usize,
+    mut ours: impl FnMut() -> f64,
+    mut stock: impl FnMut() -> f64,
+) -> (f64, f64) {
+    let (mut to, mut ts) = (Vec::with_capacity(reps), Vec::with_capacity(reps));
+    for rep in 0..reps {
+        if rep % 2 == 0 {
+            to.push(ours());
+            ts.push(stock());
+        } else {
+            ts.push(stock());
+            to.push(ours());
+        }
+    }
+    (median(&mut to), median(&mut ts))
+}
+
+impl SpeedRow {
+    fn new(
+        symbol: &str,
+        shape: String,
+        threads: usize,
+        reps: usize,
+        ours_ms: f64,
+        stock_ms: f64,
+    ) -> SpeedRow {
+        SpeedRow {
+            symbol: symbol.into(),
+            shape,
+            threads,
+            reps,
+            ours_median_ms: ours_ms,
+            stock_median_ms: stock_ms,
+            ratio: stock_ms / ours_ms,
+        }
+    }
 }
 
 /// Interleaved timing of `quantize_row_q8_0` on one activation of `cols` floats (many calls per sample).
@@ -292,24 +322,13 @@ pub fn time_quantize(
             "quantize_row_q8_0 {cols}: output differs from stock"
         ));
     }
-    let (mut to, mut ts) = (Vec::new(), Vec::new());
-    for rep in 0..reps {
-        if rep % 2 == 0 {
-            to.push(once(ours, &mut ya));
-            ts.push(once(stock, &mut yb));
-        } else {
-            ts.push(once(stock, &mut yb));
-            to.push(once(ours, &mut ya));
-        }
-    }
-    let (mo, ms) = (median(&mut to), median(&mut ts));
-    Ok(SpeedRow {
-        symbol: "quantize_row_q8_0".into(),
-        shape: format!("1x{cols}"),
-        threads: 1,
+    let (mo, ms) = interleaved(reps, || once(ours, &mut ya), || once(stock, &mut yb));
+    Ok(SpeedRow::new(
+        "quantize_row_q8_0",
+        format!("1x{cols}"),
+        1,
         reps,
-        ours_median_ms: mo,
-        stock_median_ms: ms,
-        ratio: ms / mo,
-    })
+        mo,
+        ms,
+    ))
 }
