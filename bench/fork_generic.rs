@@ -1,7 +1,7 @@
-//! Issue 5's yardstick for PQ2_0: our kernel against the fork's generic C, compiled here with the `cc` crate's
-//! compiler the way the fork is built on x86 (`-O3 -mavx2 -mfma -mf16c`, `bench/c/pq2_0_generic.c`), on the
-//! Bonsai 2 shapes, one thread, interleaved, medians. Also a cross-check: the compiled C and our FMA-order kernel
-//! must give the same bits on every row.
+//! Issue 5's yardstick for PQ2_0 and PTQ1_0: our kernels against the fork's generic C, compiled here with the
+//! `cc` crate's compiler the way the fork is built on x86 (`-O3 -mavx2 -mfma -mf16c`, `bench/c/*_generic.c`), on
+//! the Bonsai 2 shapes, one thread, interleaved, medians. Also a cross-check: the compiled C and our FMA-order
+//! kernel must give the same bits on every row. `GGML_LOWBIT_ISA=avx2` measures the AVX2 kernels.
 
 #[path = "../tests/common/fork_c.rs"]
 mod fork_c;
@@ -15,11 +15,34 @@ use ggml_lowbit::FloatOrder;
 
 fn main() {
     let built = fork_c::build(true);
-    let reference = built.vec_dot;
-    let ours = Kernels::new(Isa::Avx512, FloatOrder::Haswell);
-    for (rows, cols) in [(17408usize, 5120usize), (5120, 17408), (6144, 5120)] {
+    let isa = std::env::var("GGML_LOWBIT_ISA")
+        .ok()
+        .and_then(|v| Isa::parse(&v))
+        .unwrap_or(Isa::Avx512);
+    let ours = Kernels::new(isa, FloatOrder::Haswell);
+    for (name, block_bytes, scale_byte, reference) in [
+        ("pq2_0", 34usize, 1usize, built.vec_dot_pq2_0),
+        ("ptq1_0", 28, 27, built.vec_dot_ptq1_0),
+    ] {
+        for (rows, cols) in [(17408usize, 5120usize), (5120, 17408), (6144, 5120)] {
+            bench_shape(&ours, name, block_bytes, scale_byte, reference, rows, cols);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bench_shape(
+    ours: &Kernels,
+    name: &str,
+    block_bytes: usize,
+    scale_byte: usize,
+    reference: ggml_lowbit::stock::VecDotFn,
+    rows: usize,
+    cols: usize,
+) {
+    {
         let nb = cols / 128;
-        let rb = nb * 34;
+        let rb = nb * block_bytes;
         let mut state = 0x1234_5678_9abc_def0u64 ^ rows as u64;
         let mut next = || {
             state ^= state << 13;
@@ -30,10 +53,10 @@ fn main() {
         // Realistic scales (f16 around 0.02 and 0.016), random codes and activations.
         let mut x = vec![0u8; rows * rb];
         for (i, b) in x.iter_mut().enumerate() {
-            *b = match i % 34 {
-                0 => next() as u8,
-                1 => 0x25,
-                _ => next() as u8,
+            *b = if i % block_bytes == scale_byte {
+                0x25
+            } else {
+                next() as u8
             };
         }
         let mut y = vec![0u8; cols / 32 * 34];
@@ -46,7 +69,12 @@ fn main() {
         }
         let run_ours = |out: &mut [f32]| {
             for (r, o) in out.iter_mut().enumerate() {
-                *o = ours.vec_dot_pq2_0_q8_0(blocks(&x[r * rb..(r + 1) * rb]), blocks(&y));
+                let row = &x[r * rb..(r + 1) * rb];
+                *o = if name == "pq2_0" {
+                    ours.vec_dot_pq2_0_q8_0(blocks(row), blocks(&y))
+                } else {
+                    ours.vec_dot_ptq1_0_q8_0(blocks(row), blocks(&y))
+                };
             }
         };
         let run_ref = |out: &mut [f32]| {
@@ -82,7 +110,7 @@ fn main() {
         to.sort_by(|p, q| p.total_cmp(q));
         tr.sort_by(|p, q| p.total_cmp(q));
         println!(
-            "pq2_0 {rows}x{cols}: ours {:.3} ms, fork generic C {:.3} ms: {:.2}x; bit-identical rows {same}/{rows} ({:?})",
+            "{name} {rows}x{cols}: ours {:.3} ms, fork generic C {:.3} ms: {:.2}x; bit-identical rows {same}/{rows} ({:?})",
             to[4],
             tr[4],
             tr[4] / to[4],

@@ -10,6 +10,13 @@
 
 #define QK_PQ2_0 128
 
+#define QK_PTQ1_0 128
+
+/*
+ Bytes of a block before the scale: `qs` then `qh`, indexed 0..26 (the SIMD kernels read them as one run).
+ */
+#define PACKED_BYTES 26
+
 #define ALIGNMENT 32
 
 /*
@@ -18,6 +25,10 @@
 #define GGML_TYPE_F32 0
 
 #define GGML_TYPE_Q2_0 42
+
+#define GGML_TYPE_PQ2_0 142
+
+#define GGML_TYPE_PTQ1_0 143
 
 #ifdef __cplusplus
 extern "C" {
@@ -76,6 +87,29 @@ void ggml_vec_dot_pq2_0_q8_0(int n,
  As the fork's: `vx` holds `k/128` blocks, `y` has room for `k` floats.
  */
 void dequantize_row_pq2_0(const void *vx, float *y, int64_t k);
+
+/*
+ PrismML fork: `*s = Σ` of one PTQ1_0 row (`vx`, `n/128` blocks) against one q8_0 row (`vy`, `n/32` blocks).
+
+ # Safety
+ As the fork's: `vx` and `vy` hold `n/128` and `4·(n/128)` blocks, `s` is writable.
+ */
+void ggml_vec_dot_ptq1_0_q8_0(int n,
+                              float *s,
+                              size_t bs,
+                              const void *vx,
+                              size_t bx,
+                              const void *vy,
+                              size_t by,
+                              int nrc);
+
+/*
+ PrismML fork: dequantizes `k` weights (whole blocks of 128) of a PTQ1_0 row.
+
+ # Safety
+ As the fork's: `vx` holds `k/128` blocks, `y` has room for `k` floats.
+ */
+void dequantize_row_ptq1_0(const void *vx, float *y, int64_t k);
 
 /*
  The instruction set the library runs on: a static NUL-terminated string (`"scalar"`, `"avx2"`, `"avx512"`).

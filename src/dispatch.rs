@@ -12,6 +12,7 @@
 use std::sync::OnceLock;
 
 use crate::formats::pq2_0::{self, BlockPQ2_0};
+use crate::formats::ptq1_0::{self, BlockPTQ1_0};
 use crate::formats::q2_0::{self, BlockQ2_0};
 use crate::formats::q8_0::{self, BlockQ8_0};
 use crate::FloatOrder;
@@ -86,6 +87,7 @@ pub struct Kernels {
     quantize_row_q8_0: unsafe fn(&[f32], &mut [BlockQ8_0]),
     dequantize_row_q2_0: unsafe fn(&[BlockQ2_0], &mut [f32]),
     vec_dot_pq2_0_q8_0: unsafe fn(&[BlockPQ2_0], &[BlockQ8_0]) -> f32,
+    vec_dot_ptq1_0_q8_0: unsafe fn(&[BlockPTQ1_0], &[BlockQ8_0]) -> f32,
 }
 
 impl Kernels {
@@ -117,6 +119,11 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_pq2_0_q8_0::<false>
                         },
+                        vec_dot_ptq1_0_q8_0: if haswell {
+                            avx512::vec_dot_ptq1_0_q8_0::<true>
+                        } else {
+                            avx512::vec_dot_ptq1_0_q8_0::<false>
+                        },
                     }
                 }
                 Isa::Avx2 => {
@@ -138,6 +145,11 @@ impl Kernels {
                             avx2::vec_dot_pq2_0_q8_0::<true>
                         } else {
                             avx2::vec_dot_pq2_0_q8_0::<false>
+                        },
+                        vec_dot_ptq1_0_q8_0: if haswell {
+                            avx2::vec_dot_ptq1_0_q8_0::<true>
+                        } else {
+                            avx2::vec_dot_ptq1_0_q8_0::<false>
                         },
                     }
                 }
@@ -162,6 +174,11 @@ impl Kernels {
                 pq2_0::vec_dot_pq2_0_q8_0_fma_model
             } else {
                 pq2_0::vec_dot_pq2_0_q8_0_nofma_model
+            },
+            vec_dot_ptq1_0_q8_0: if haswell {
+                ptq1_0::vec_dot_ptq1_0_q8_0_fma_model
+            } else {
+                ptq1_0::vec_dot_ptq1_0_q8_0_nofma_model
             },
         }
     }
@@ -203,6 +220,25 @@ impl Kernels {
     pub fn dequantize_row_pq2_0(&self, x: &[BlockPQ2_0], y: &mut [f32]) {
         assert!(y.len() >= pq2_0::QK_PQ2_0 * x.len(), "f32 output too short");
         pq2_0::dequantize_row_pq2_0_model(x, y)
+    }
+
+    /// PrismML's PTQ1_0 against `4·x.len()` q8_0 blocks, in the FMA (haswell) or unfused (x64) chain.
+    pub fn vec_dot_ptq1_0_q8_0(&self, x: &[BlockPTQ1_0], y: &[BlockQ8_0]) -> f32 {
+        assert!(
+            y.len() >= 4 * x.len(),
+            "q8_0 row shorter than the PTQ1_0 row"
+        );
+        // SAFETY: as `vec_dot_q2_0_q8_0`.
+        unsafe { (self.vec_dot_ptq1_0_q8_0)(x, y) }
+    }
+
+    /// `dequantize_row_ptq1_0` (not a hot path: the scalar model on every instruction set).
+    pub fn dequantize_row_ptq1_0(&self, x: &[BlockPTQ1_0], y: &mut [f32]) {
+        assert!(
+            y.len() >= ptq1_0::QK_PTQ1_0 * x.len(),
+            "f32 output too short"
+        );
+        ptq1_0::dequantize_row_ptq1_0_model(x, y)
     }
 }
 

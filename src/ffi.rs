@@ -126,6 +126,49 @@ pub unsafe extern "C" fn dequantize_row_pq2_0(vx: *const c_void, y: *mut f32, k:
     })
 }
 
+/// PrismML fork: `*s = Σ` of one PTQ1_0 row (`vx`, `n/128` blocks) against one q8_0 row (`vy`, `n/32` blocks).
+///
+/// # Safety
+/// As the fork's: `vx` and `vy` hold `n/128` and `4·(n/128)` blocks, `s` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_vec_dot_ptq1_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs {
+        n,
+        s,
+        bs,
+        vx,
+        bx,
+        vy,
+        by,
+        nrc,
+    };
+    // SAFETY: the fork's contract for this symbol, passed on.
+    guard("ggml_vec_dot_ptq1_0_q8_0", || unsafe {
+        interpose::vec_dot_ptq1_0_q8_0(args)
+    })
+}
+
+/// PrismML fork: dequantizes `k` weights (whole blocks of 128) of a PTQ1_0 row.
+///
+/// # Safety
+/// As the fork's: `vx` holds `k/128` blocks, `y` has room for `k` floats.
+#[no_mangle]
+pub unsafe extern "C" fn dequantize_row_ptq1_0(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: the fork's contract for this symbol, passed on.
+    guard("dequantize_row_ptq1_0", || unsafe {
+        interpose::dequantize_row_ptq1_0(vx, y, k)
+    })
+}
+
 /// The instruction set the library runs on: a static NUL-terminated string (`"scalar"`, `"avx2"`, `"avx512"`).
 #[no_mangle]
 pub extern "C" fn ggml_lowbit_isa() -> *const c_char {

@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 
 use crate::dispatch::{default_order, env_choice, Isa, Kernels};
 use crate::formats::pq2_0::BlockPQ2_0;
+use crate::formats::ptq1_0::BlockPTQ1_0;
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_fma_model, vec_dot_q2_0_q8_0_nofma_model, BlockQ2_0};
 use crate::formats::q8_0::{
     quantize_block_q8_0_avx_model, quantize_block_q8_0_ref_model, BlockQ8_0,
@@ -47,6 +48,8 @@ pub struct Next {
     pub dequantize_row_q2_0: Option<DequantizeRowFn>,
     pub vec_dot_pq2_0_q8_0: Option<VecDotFn>,
     pub dequantize_row_pq2_0: Option<DequantizeRowFn>,
+    pub vec_dot_ptq1_0_q8_0: Option<VecDotFn>,
+    pub dequantize_row_ptq1_0: Option<DequantizeRowFn>,
 }
 
 pub struct Config {
@@ -132,6 +135,14 @@ fn find_next() -> Next {
             c"dequantize_row_pq2_0",
             ffi::dequantize_row_pq2_0 as *const () as usize,
         ),
+        vec_dot_ptq1_0_q8_0: next_symbol::<VecDotFn>(
+            c"ggml_vec_dot_ptq1_0_q8_0",
+            ffi::ggml_vec_dot_ptq1_0_q8_0 as *const () as usize,
+        ),
+        dequantize_row_ptq1_0: next_symbol::<DequantizeRowFn>(
+            c"dequantize_row_ptq1_0",
+            ffi::dequantize_row_ptq1_0 as *const () as usize,
+        ),
     }
 }
 
@@ -162,7 +173,11 @@ pub fn config() -> &'static Config {
         let isa = env_choice("GGML_LOWBIT_ISA", Isa::parse, "scalar, avx2, avx512").unwrap_or(Isa::Avx512);
         let matched = env_choice("GGML_LOWBIT_MATCH", FloatOrder::parse, "haswell, x64");
         let next = find_next();
-        let have_stock = next.vec_dot_q2_0_q8_0.is_some() && next.quantize_row_q8_0.is_some();
+        // Any stock vec_dot behind us (mainline's Q2_0 or the fork's PQ2_0 / PTQ1_0) makes verify, disable and
+        // the probe possible.
+        let have_stock = next.vec_dot_q2_0_q8_0.is_some()
+            || next.vec_dot_pq2_0_q8_0.is_some()
+            || next.vec_dot_ptq1_0_q8_0.is_some();
         let mut mode = match (disable, verify) {
             (true, Some(_)) => crate::ffi::fatal("GGML_LOWBIT_DISABLE and GGML_LOWBIT_VERIFY exclude each other"),
             (true, None) => Mode::Disable,
@@ -270,28 +285,77 @@ fn next_u64(state: &mut u64) -> u64 {
     *state
 }
 
+/// One stock vec_dot symbol the probe can use: its block size in bytes and weights, where the f16 scale sits,
+/// and our models of its two chains over raw bytes.
+struct ProbeDot {
+    name: &'static str,
+    dot: VecDotFn,
+    block_bytes: usize,
+    weights: usize,
+    scale_at: usize,
+    fma_model: fn(&[u8], &[u8]) -> f32,
+    nofma_model: fn(&[u8], &[u8]) -> f32,
+}
+
+/// The first stock vec_dot this process has, in the order Q2_0 (mainline), PQ2_0, PTQ1_0 (the PrismML fork):
+/// a fork build is probed through its own formats when it lacks Q2_0.
+fn probe_dot(next: &Next) -> Option<ProbeDot> {
+    use crate::formats::{blocks, pq2_0, ptq1_0};
+    if let Some(dot) = next.vec_dot_q2_0_q8_0 {
+        return Some(ProbeDot {
+            name: "ggml_vec_dot_q2_0_q8_0",
+            dot,
+            block_bytes: 18,
+            weights: 64,
+            scale_at: 0,
+            fma_model: |x, y| vec_dot_q2_0_q8_0_fma_model(blocks(x), blocks(y)),
+            nofma_model: |x, y| vec_dot_q2_0_q8_0_nofma_model(blocks(x), blocks(y)),
+        });
+    }
+    if let Some(dot) = next.vec_dot_pq2_0_q8_0 {
+        return Some(ProbeDot {
+            name: "ggml_vec_dot_pq2_0_q8_0",
+            dot,
+            block_bytes: 34,
+            weights: 128,
+            scale_at: 0,
+            fma_model: |x, y| pq2_0::vec_dot_pq2_0_q8_0_fma_model(blocks(x), blocks(y)),
+            nofma_model: |x, y| pq2_0::vec_dot_pq2_0_q8_0_nofma_model(blocks(x), blocks(y)),
+        });
+    }
+    next.vec_dot_ptq1_0_q8_0.map(|dot| ProbeDot {
+        name: "ggml_vec_dot_ptq1_0_q8_0",
+        dot,
+        block_bytes: 28,
+        weights: 128,
+        scale_at: 26,
+        fma_model: |x, y| ptq1_0::vec_dot_ptq1_0_q8_0_fma_model(blocks(x), blocks(y)),
+        nofma_model: |x, y| ptq1_0::vec_dot_ptq1_0_q8_0_nofma_model(blocks(x), blocks(y)),
+    })
+}
+
 /// Runs inputs on which the FMA and unfused chains, and the two q8_0 quantizers, disagree, and reports which
-/// the stock symbols reproduce.
+/// the stock symbols reproduce. The chain is probed through the first stock vec_dot found (`probe_dot`); the
+/// quantizer, when the stock library exports it, must agree with the chain.
 fn probe_order(next: &Next) -> Probe {
-    let (Some(dot), Some(quant)) = (next.vec_dot_q2_0_q8_0, next.quantize_row_q8_0) else {
-        return Probe::Neither("stock symbols missing".into());
+    let Some(p) = probe_dot(next) else {
+        return Probe::Neither("no stock vec_dot symbol".into());
     };
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let (mut fma, mut unfused, mut tries) = (0, 0, 0);
+    const ROW: usize = 512;
     while fma + unfused < 4 && tries < 4096 {
         tries += 1;
-        let x: Vec<BlockQ2_0> = (0..8)
-            .map(|_| {
-                let r = next_u64(&mut state);
-                BlockQ2_0 {
-                    d: GgmlHalf::from_bits(0x2000 + (r % 0x1800) as u16),
-                    qs: std::array::from_fn(|j| {
-                        (r.rotate_left(8 * j as u32) ^ (j as u64 * 0x9d)) as u8
-                    }),
-                }
-            })
-            .collect();
-        let y: Vec<BlockQ8_0> = (0..16)
+        let mut x = vec![0u8; ROW / p.weights * p.block_bytes];
+        for blk in x.chunks_exact_mut(p.block_bytes) {
+            let r = next_u64(&mut state);
+            for (j, b) in blk.iter_mut().enumerate() {
+                *b = (r.rotate_left(8 * j as u32) ^ (j as u64 * 0x9d)) as u8;
+            }
+            let d = 0x2000 + (r % 0x1800) as u16;
+            blk[p.scale_at..p.scale_at + 2].copy_from_slice(&d.to_le_bytes());
+        }
+        let y: Vec<BlockQ8_0> = (0..ROW / 32)
             .map(|_| {
                 let r = next_u64(&mut state);
                 let s = next_u64(&mut state);
@@ -303,16 +367,18 @@ fn probe_order(next: &Next) -> Probe {
                 }
             })
             .collect();
-        let a = vec_dot_q2_0_q8_0_fma_model(&x, &y);
-        let b = vec_dot_q2_0_q8_0_nofma_model(&x, &y);
+        // SAFETY: BlockQ8_0 is 34 plain bytes with alignment 1.
+        let y_bytes = unsafe { std::slice::from_raw_parts(y.as_ptr() as *const u8, y.len() * 34) };
+        let a = (p.fma_model)(&x, y_bytes);
+        let b = (p.nofma_model)(&x, y_bytes);
         if a.to_bits() == b.to_bits() {
             continue;
         }
         let mut s = 0f32;
-        // SAFETY: the stock symbol has ggml's vec_dot signature; x and y hold 8 and 16 blocks for n = 512.
+        // SAFETY: the stock symbol has ggml's vec_dot signature; x and y hold the blocks of ROW weights.
         unsafe {
-            dot(
-                512,
+            (p.dot)(
+                ROW as c_int,
                 &mut s,
                 0,
                 x.as_ptr() as *const c_void,
@@ -328,7 +394,8 @@ fn probe_order(next: &Next) -> Probe {
             unfused += 1;
         } else {
             return Probe::Neither(format!(
-                "vec_dot gave {s:e}, models {a:e} (FMA) and {b:e} (unfused)"
+                "{} gave {s:e}, models {a:e} (FMA) and {b:e} (unfused)",
+                p.name
             ));
         }
     }
@@ -340,6 +407,14 @@ fn probe_order(next: &Next) -> Probe {
                 "vec_dot followed FMA {fma} times and the unfused chain {unfused}"
             ))
         }
+    };
+    let Some(quant) = next.quantize_row_q8_0 else {
+        // A library with the fork's vec_dot but no quantizer to check: the chain decides.
+        return Probe::Order(if dot_fma {
+            FloatOrder::Haswell
+        } else {
+            FloatOrder::X64
+        });
     };
     // max = 127 gives id = 1 in both quantizers, so k + 0.5 values are ties: even (AVX path) or away (reference).
     let x: [f32; 32] = std::array::from_fn(|j| if j == 0 { 127.0 } else { j as f32 - 16.5 });
@@ -632,6 +707,47 @@ pub unsafe fn dequantize_row_pq2_0(vx: *const c_void, y: *mut f32, k: i64) {
             (vx, y, k),
             nb * 128,
             |out| c.kernels.dequantize_row_pq2_0(x, out),
+        )
+    }
+}
+
+/// # Safety
+/// The fork's contract for `ggml_vec_dot_ptq1_0_q8_0`.
+pub unsafe fn vec_dot_ptq1_0_q8_0(a: VecDotArgs) {
+    let c = config();
+    let nb = whole_blocks(a.n as i64, 128);
+    let ours = || {
+        // SAFETY: the fork's contract: `vx` holds `n/128` blocks and `vy` `n/32`.
+        unsafe {
+            c.kernels
+                .vec_dot_ptq1_0_q8_0(view::<BlockPTQ1_0>(a.vx, nb), view(a.vy, 4 * nb))
+        }
+    };
+    // SAFETY: the fork's contract: `s` is writable and the rows hold what both implementations read.
+    unsafe {
+        serve_vec_dot(
+            "ggml_vec_dot_ptq1_0_q8_0",
+            c.next.vec_dot_ptq1_0_q8_0,
+            a,
+            ours,
+        )
+    }
+}
+
+/// # Safety
+/// The fork's contract for `dequantize_row_ptq1_0`.
+pub unsafe fn dequantize_row_ptq1_0(vx: *const c_void, y: *mut f32, k: i64) {
+    let c = config();
+    let nb = whole_blocks(k, 128);
+    // SAFETY: the fork's contract: `vx` holds `k/128` blocks, `y` has room for `k` floats.
+    unsafe {
+        let x: &[BlockPTQ1_0] = view(vx, nb);
+        serve_dequantize(
+            "dequantize_row_ptq1_0",
+            c.next.dequantize_row_ptq1_0,
+            (vx, y, k),
+            nb * 128,
+            |out| c.kernels.dequantize_row_ptq1_0(x, out),
         )
     }
 }

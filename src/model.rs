@@ -1,5 +1,6 @@
-//! Synthetic llama-architecture models shaped like the real low-bit ones, written as GGUF: random ternary Q2_0
-//! weights (codes 0/1/2 at 31/38/31 %, as in Ternary-Bonsai-8B), realistic scales, unit norms, and a real
+//! Synthetic llama-architecture models shaped like the real low-bit ones, written as GGUF: random ternary weights
+//! (−1/0/+1 at 31/38/31 %, as in Ternary-Bonsai-8B) in Q2_0, or in the PrismML fork's PQ2_0 (type 142) and
+//! PTQ1_0 (type 143) of the Bonsai 2 models, realistic scales, unit norms, and a real
 //! SentencePiece-style vocabulary (control tokens, the 256 byte-fallback tokens, words) so llama.cpp's tools
 //! tokenize and print text. Deterministic for a seed. No model files can be downloaded here; these stand in.
 
@@ -13,6 +14,8 @@ use crate::gguf::{self, Tensor, Value};
 /// ggml type ids.
 pub const GGML_TYPE_F32: u32 = 0;
 pub const GGML_TYPE_Q2_0: u32 = 42;
+pub const GGML_TYPE_PQ2_0: u32 = 142;
+pub const GGML_TYPE_PTQ1_0: u32 = 143;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Preset {
@@ -22,11 +25,13 @@ pub struct Preset {
     pub n_ff: usize,
     pub n_head: usize,
     pub n_head_kv: usize,
+    /// Width of one attention head; `n_head · head_dim` may differ from `n_embd` (Bonsai 2).
+    pub head_dim: usize,
     pub n_vocab: usize,
     pub n_ctx: usize,
 }
 
-pub const PRESETS: [Preset; 3] = [
+pub const PRESETS: [Preset; 4] = [
     // Small enough for tests: a few MB, every matrix row a whole number of 64-weight blocks.
     Preset {
         name: "tiny",
@@ -35,6 +40,7 @@ pub const PRESETS: [Preset; 3] = [
         n_ff: 512,
         n_head: 4,
         n_head_kv: 2,
+        head_dim: 64,
         n_vocab: 1024,
         n_ctx: 512,
     },
@@ -46,6 +52,7 @@ pub const PRESETS: [Preset; 3] = [
         n_ff: 6144,
         n_head: 16,
         n_head_kv: 8,
+        head_dim: 128,
         n_vocab: 151669,
         n_ctx: 4096,
     },
@@ -57,6 +64,21 @@ pub const PRESETS: [Preset; 3] = [
         n_ff: 12288,
         n_head: 32,
         n_head_kv: 8,
+        head_dim: 128,
+        n_vocab: 151669,
+        n_ctx: 4096,
+    },
+    // Bonsai 2 shapes (issue 5): hidden 5120, FFN 17408, attention 6144 wide (24 heads of 256), as the 27B
+    // PQ2_0 / PTQ1_0 models. Layer count, KV heads and vocabulary are this project's assumptions (a plain llama
+    // stack of the same widths), not read from a released file.
+    Preset {
+        name: "bonsai2-27b",
+        n_layer: 64,
+        n_embd: 5120,
+        n_ff: 17408,
+        n_head: 24,
+        n_head_kv: 4,
+        head_dim: 256,
         n_vocab: 151669,
         n_ctx: 4096,
     },
@@ -70,14 +92,68 @@ pub fn preset(name: &str) -> Option<Preset> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WeightType {
     Q2_0,
+    /// PrismML fork, type 142: loads only in the fork's llama.cpp.
+    Pq2_0,
+    /// PrismML fork, type 143: loads only in the fork's llama.cpp.
+    Ptq1_0,
 }
 
 impl WeightType {
-    pub fn parse(s: &str) -> Option<WeightType> {
-        match s {
-            "q2_0" => Some(WeightType::Q2_0),
-            _ => None,
+    pub const ALL: [WeightType; 3] = [WeightType::Q2_0, WeightType::Pq2_0, WeightType::Ptq1_0];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightType::Q2_0 => "q2_0",
+            WeightType::Pq2_0 => "pq2_0",
+            WeightType::Ptq1_0 => "ptq1_0",
         }
+    }
+
+    pub fn parse(s: &str) -> Option<WeightType> {
+        WeightType::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    pub fn ggml_type(self) -> u32 {
+        match self {
+            WeightType::Q2_0 => GGML_TYPE_Q2_0,
+            WeightType::Pq2_0 => GGML_TYPE_PQ2_0,
+            WeightType::Ptq1_0 => GGML_TYPE_PTQ1_0,
+        }
+    }
+
+    /// (weights, bytes) per block.
+    pub fn block(self) -> (usize, usize) {
+        match self {
+            WeightType::Q2_0 => (64, 18),
+            WeightType::Pq2_0 => (128, 34),
+            WeightType::Ptq1_0 => (128, 28),
+        }
+    }
+
+    /// Fills `buf` with rows of `k` ternary weights in this format, scales around `scale`, deterministic for
+    /// `seed` (rows in parallel, each from its own stream).
+    pub fn fill(self, buf: &mut [u8], k: usize, scale: f32, seed: u64) {
+        let (weights, bytes) = self.block();
+        let row_bytes = k / weights * bytes;
+        buf.par_chunks_mut(row_bytes)
+            .enumerate()
+            .for_each(|(r, row)| {
+                let mut rng = splitmix(seed ^ (r as u64).wrapping_mul(0xd6e8_feb8_6659_fd93));
+                for blk in row.chunks_exact_mut(bytes) {
+                    let jitter = 0.8 + 0.4 * ((rng() >> 40) as f32 / (1u64 << 24) as f32);
+                    let d = half::f16::from_f32(scale * jitter).to_bits().to_le_bytes();
+                    match self {
+                        WeightType::Q2_0 | WeightType::Pq2_0 => {
+                            blk[..2].copy_from_slice(&d);
+                            fill_codes(&mut blk[2..], &mut rng);
+                        }
+                        WeightType::Ptq1_0 => {
+                            blk[26..].copy_from_slice(&d);
+                            fill_trits(&mut blk[..26], &mut rng);
+                        }
+                    }
+                }
+            });
     }
 }
 
@@ -96,30 +172,40 @@ fn splitmix(mut z: u64) -> impl FnMut() -> u64 {
 /// Ternary code for 4 random bits: 5/16, 6/16, 5/16 for codes 0, 1, 2 (31/38/31 %).
 const TERNARY: [u8; 16] = [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2];
 
-/// Fills Q2_0 rows of `k` weights with ternary codes and scales around `scale`.
-fn fill_q2_0(buf: &mut [u8], k: usize, scale: f32, seed: u64) {
-    let row_bytes = k / 64 * 18;
-    buf.par_chunks_mut(row_bytes)
-        .enumerate()
-        .for_each(|(r, row)| {
-            let mut rng = splitmix(seed ^ (r as u64).wrapping_mul(0xd6e8_feb8_6659_fd93));
-            for blk in row.chunks_exact_mut(18) {
-                let jitter = 0.8 + 0.4 * ((rng() >> 40) as f32 / (1u64 << 24) as f32);
-                blk[..2]
-                    .copy_from_slice(&half::f16::from_f32(scale * jitter).to_bits().to_le_bytes());
-                for quad in blk[2..].chunks_exact_mut(4) {
-                    let mut bits = rng();
-                    for byte in quad {
-                        let mut v = 0u8;
-                        for s in 0..4 {
-                            v |= TERNARY[(bits & 15) as usize] << (2 * s);
-                            bits >>= 4;
-                        }
-                        *byte = v;
-                    }
-                }
+/// 2-bit codes (least significant first) of ternary weights, four per byte.
+fn fill_codes(codes: &mut [u8], rng: &mut impl FnMut() -> u64) {
+    for quad in codes.chunks_mut(4) {
+        let mut bits = rng();
+        for byte in quad {
+            let mut v = 0u8;
+            for s in 0..4 {
+                v |= TERNARY[(bits & 15) as usize] << (2 * s);
+                bits >>= 4;
             }
-        });
+            *byte = v;
+        }
+    }
+}
+
+/// The 26 packed bytes (`qs[24]`, `qh[2]`) of a PTQ1_0 block of ternary weights: each element's trit goes to the
+/// byte and digit the fork's order assigns it (`ptq1_0::element_source`), and each byte stores its digits as a
+/// ternary quantizer does, `ceil(x·256/243)` for `x = Σ dₙ·3^(4−n)` (`qh` bytes use digits 0..3, the fifth is 0).
+fn fill_trits(packed: &mut [u8], rng: &mut impl FnMut() -> u64) {
+    use crate::formats::ptq1_0::{element_source, PACKED_BYTES, QK_PTQ1_0};
+    let mut digits = [[0u32; 5]; PACKED_BYTES];
+    let mut bits = 0u64;
+    for p in 0..QK_PTQ1_0 {
+        if p % 16 == 0 {
+            bits = rng();
+        }
+        let (byte, n) = element_source(p);
+        digits[byte][n] = TERNARY[(bits & 15) as usize] as u32;
+        bits >>= 4;
+    }
+    for (out, d) in packed.iter_mut().zip(digits) {
+        let x = d.iter().fold(0, |a, &t| 3 * a + t);
+        *out = (x * 256).div_ceil(243) as u8;
+    }
 }
 
 /// A SentencePiece-style vocabulary: `<unk>`, `<s>`, `</s>`, the byte tokens `<0x00>`..`<0xFF>`, then words
@@ -194,9 +280,24 @@ pub fn write_model(
     wtype: WeightType,
     seed: u64,
 ) -> Result<ModelInfo, String> {
-    let WeightType::Q2_0 = wtype;
-    let head_dim = p.n_embd / p.n_head;
+    let (block_weights, block_bytes) = wtype.block();
+    for (what, k) in [
+        ("hidden size", p.n_embd),
+        ("FFN size", p.n_ff),
+        ("attention width", p.n_head * p.head_dim),
+    ] {
+        if k % block_weights != 0 {
+            return Err(format!(
+                "{} {what} {k} is not a multiple of the {}-weight {} block",
+                p.name,
+                block_weights,
+                wtype.name()
+            ));
+        }
+    }
+    let head_dim = p.head_dim;
     let kv_dim = head_dim * p.n_head_kv;
+    let q_dim = head_dim * p.n_head;
     let (tokens, scores, types) = vocabulary(p.n_vocab);
     let arch = "llama";
     let kv: Vec<(String, Value)> = vec![
@@ -228,6 +329,14 @@ pub fn write_model(
             "llama.rope.dimension_count".into(),
             Value::U32(head_dim as u32),
         ),
+        (
+            "llama.attention.key_length".into(),
+            Value::U32(head_dim as u32),
+        ),
+        (
+            "llama.attention.value_length".into(),
+            Value::U32(head_dim as u32),
+        ),
         ("llama.rope.freq_base".into(), Value::F32(1_000_000.0)),
         ("llama.vocab_size".into(), Value::U32(p.n_vocab as u32)),
         ("tokenizer.ggml.model".into(), Value::Str("llama".into())),
@@ -247,9 +356,9 @@ pub fn write_model(
         Tensor {
             name,
             dims: vec![k as u64, rows as u64],
-            ggml_type: GGML_TYPE_Q2_0,
-            nbytes: rows * k / 64 * 18,
-            fill: Box::new(move |buf: &mut [u8]| fill_q2_0(buf, k, scale, tensor_seed)),
+            ggml_type: wtype.ggml_type(),
+            nbytes: rows * k / block_weights * block_bytes,
+            fill: Box::new(move |buf: &mut [u8]| wtype.fill(buf, k, scale, tensor_seed)),
         }
     };
     let norm = |name: String, n: usize| Tensor {
@@ -269,7 +378,7 @@ pub fn write_model(
         tensors.push(matrix(
             format!("blk.{l}.attn_q.weight"),
             p.n_embd,
-            p.n_embd,
+            q_dim,
             inv(p.n_embd),
         ));
         tensors.push(matrix(
@@ -286,9 +395,9 @@ pub fn write_model(
         ));
         tensors.push(matrix(
             format!("blk.{l}.attn_output.weight"),
+            q_dim,
             p.n_embd,
-            p.n_embd,
-            inv(p.n_embd),
+            inv(q_dim),
         ));
         tensors.push(norm(format!("blk.{l}.ffn_norm.weight"), p.n_embd));
         tensors.push(matrix(
@@ -319,7 +428,7 @@ pub fn write_model(
     ));
     let weight_bytes = tensors
         .iter()
-        .filter(|t| t.ggml_type == GGML_TYPE_Q2_0)
+        .filter(|t| t.ggml_type == wtype.ggml_type())
         .map(|t| t.nbytes as u64)
         .sum();
     let file = std::fs::File::create(path)
@@ -333,4 +442,72 @@ pub fn write_model(
         bytes,
         weight_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::ptq1_0::{block_trits, BlockPTQ1_0};
+
+    /// The PTQ1_0 packer puts each generated trit where the fork's decoder reads it back.
+    #[test]
+    fn ptq1_0_blocks_decode_to_the_generated_trits() {
+        let mut counts = [0usize; 3];
+        for seed in 0..200u64 {
+            let mut packed = [0u8; 26];
+            fill_trits(&mut packed, &mut splitmix(seed));
+            let mut rng = splitmix(seed);
+            let mut bits = 0u64;
+            let want: Vec<u8> = (0..128)
+                .map(|p| {
+                    if p % 16 == 0 {
+                        bits = rng();
+                    }
+                    let t = TERNARY[(bits & 15) as usize];
+                    bits >>= 4;
+                    t
+                })
+                .collect();
+            let block = BlockPTQ1_0 {
+                qs: packed[..24].try_into().expect("24"),
+                qh: [packed[24], packed[25]],
+                d: Default::default(),
+            };
+            let got = block_trits(&block);
+            assert_eq!(&got[..], &want[..], "seed {seed}");
+            for t in got {
+                counts[t as usize] += 1;
+            }
+        }
+        let total = 200.0 * 128.0;
+        let share = counts.map(|c| c as f64 / total);
+        assert!(
+            (share[0] - 0.3125).abs() < 0.02 && (share[1] - 0.375).abs() < 0.02,
+            "{share:?}"
+        );
+    }
+
+    #[test]
+    fn tiny_models_of_every_type_have_the_right_tensor_types_and_sizes() {
+        let dir = std::env::temp_dir().join(format!("ggml-lowbit-model-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        for t in WeightType::ALL {
+            let path = dir.join(format!("tiny-{}.gguf", t.name()));
+            let info = write_model(&path, preset("tiny").expect("tiny"), t, 7).expect("write");
+            let types = crate::gguf::tensor_types(&path).expect("read back");
+            let matrices: Vec<u32> = types
+                .iter()
+                .filter(|(n, _)| !n.ends_with("norm.weight"))
+                .map(|(_, ty)| *ty)
+                .collect();
+            assert!(!matrices.is_empty() && matrices.iter().all(|&ty| ty == t.ggml_type()));
+            let (w, b) = t.block();
+            let p = preset("tiny").expect("tiny");
+            let per_layer = p.n_embd * (2 * p.n_head * p.head_dim + 2 * p.n_head_kv * p.head_dim)
+                + 3 * p.n_embd * p.n_ff;
+            let weights = p.n_layer * per_layer + 2 * p.n_vocab * p.n_embd;
+            assert_eq!(info.weight_bytes as usize, weights / w * b, "{t:?}");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -1,7 +1,7 @@
-//! PQ2_0 has no stock build to compare with (PrismML's fork is not available here), so the fork's generic C is
-//! written from the specification (`bench/c/pq2_0_generic.c`), compiled with and without FMA, and every instruction
-//! set's kernel and the scalar model of each chain must give its bits, `to_bits()`, on random and adversarial
-//! rows. Two NaN results count as equal.
+//! PQ2_0 and PTQ1_0 have no stock build to compare with (PrismML's fork is not available here), so the fork's
+//! generic C is written from the specification (`bench/c/pq2_0_generic.c`, `bench/c/ptq1_0_generic.c`), compiled
+//! with and without FMA, and every instruction set's kernel of the matching float order must give its bits,
+//! `to_bits()`, on random and adversarial rows. Two NaN results count as equal.
 
 mod common;
 
@@ -9,12 +9,69 @@ use std::ffi::c_void;
 
 use ggml_lowbit::dispatch::{detected_isa, Isa, Kernels};
 use ggml_lowbit::formats::blocks;
+use ggml_lowbit::stock::VecDotFn;
 use ggml_lowbit::FloatOrder;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-fn check(order: FloatOrder, fma: bool) {
+#[derive(Clone, Copy, PartialEq)]
+enum Format {
+    Pq2_0,
+    Ptq1_0,
+}
+
+impl Format {
+    fn block_bytes(self) -> usize {
+        match self {
+            Format::Pq2_0 => 34,
+            Format::Ptq1_0 => 28,
+        }
+    }
+
+    /// Byte range of the f16 scale: first in PQ2_0, last in PTQ1_0.
+    fn scale_at(self) -> std::ops::Range<usize> {
+        match self {
+            Format::Pq2_0 => 0..2,
+            Format::Ptq1_0 => 26..28,
+        }
+    }
+
+    fn reference(self, r: &common::fork_c::ForkReference) -> VecDotFn {
+        match self {
+            Format::Pq2_0 => r.vec_dot_pq2_0,
+            Format::Ptq1_0 => r.vec_dot_ptq1_0,
+        }
+    }
+
+    fn ours(self, k: &Kernels, x: &[u8], y: &[u8]) -> f32 {
+        match self {
+            Format::Pq2_0 => k.vec_dot_pq2_0_q8_0(blocks(x), blocks(y)),
+            Format::Ptq1_0 => k.vec_dot_ptq1_0_q8_0(blocks(x), blocks(y)),
+        }
+    }
+}
+
+fn call(f: VecDotFn, n: usize, x: &[u8], y: &[u8]) -> f32 {
+    let mut s = 0f32;
+    // SAFETY: the callers size x for n/128 blocks and y for n/32 q8_0 blocks; `s` is one float.
+    unsafe {
+        f(
+            n as i32,
+            &mut s,
+            0,
+            x.as_ptr() as *const c_void,
+            0,
+            y.as_ptr() as *const c_void,
+            0,
+            1,
+        )
+    };
+    s
+}
+
+fn check(format: Format, order: FloatOrder, fma: bool) {
     let reference = common::fork_c::build(fma);
+    let reference = format.reference(&reference);
     let kernels: Vec<Kernels> = Isa::ALL
         .into_iter()
         .filter(|&i| i <= detected_isa())
@@ -23,6 +80,7 @@ fn check(order: FloatOrder, fma: bool) {
     let specials = [
         0x0000u16, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
     ];
+    let bb = format.block_bytes();
     let mut rng = SmallRng::seed_from_u64(if fma { 11 } else { 12 });
     let (mut cases, mut nan_pairs) = (0, 0);
     for case in 0..50_000usize {
@@ -34,16 +92,16 @@ fn check(order: FloatOrder, fma: bool) {
                 base + rng.gen_range(0..0x1400)
             }
         };
-        let mut x = vec![0u8; nb * 34];
-        for (b, blk) in x.chunks_exact_mut(34).enumerate() {
-            blk[..2].copy_from_slice(&scale(&mut rng, 0x2000).to_le_bytes());
-            for (j, q) in blk[2..].iter_mut().enumerate() {
+        let mut x = vec![0u8; nb * bb];
+        for (b, blk) in x.chunks_exact_mut(bb).enumerate() {
+            for (j, q) in blk.iter_mut().enumerate() {
                 *q = match case % 4 {
                     0 => ((case / 4 + 7 * b + 31 * j) % 256) as u8,
                     1 => 0xff,
                     _ => rng.gen(),
                 };
             }
+            blk[format.scale_at()].copy_from_slice(&scale(&mut rng, 0x2000).to_le_bytes());
         }
         let mut y = vec![0u8; 4 * nb * 34];
         for blk in y.chunks_exact_mut(34) {
@@ -52,23 +110,9 @@ fn check(order: FloatOrder, fma: bool) {
                 *q = if case % 7 == 0 { 0x80 } else { rng.gen() };
             }
         }
-        let mut want = 0f32;
-        let n = (nb * 128) as i32;
-        // SAFETY: x holds n/128 blocks and y n/32; `want` is one float.
-        unsafe {
-            (reference.vec_dot)(
-                n,
-                &mut want,
-                0,
-                x.as_ptr() as *const c_void,
-                0,
-                y.as_ptr() as *const c_void,
-                0,
-                1,
-            )
-        };
+        let want = call(reference, nb * 128, &x, &y);
         for k in &kernels {
-            let got = k.vec_dot_pq2_0_q8_0(blocks(&x), blocks(&y));
+            let got = format.ours(k, &x, &y);
             if got.to_bits() != want.to_bits() {
                 assert!(
                     got.is_nan() && want.is_nan(),
@@ -82,7 +126,12 @@ fn check(order: FloatOrder, fma: bool) {
         }
     }
     println!(
-        "pq2_0 {} against C built with{} FMA: {cases} comparisons, {nan_pairs} NaN pairs",
+        "{} {} against C built with{} FMA: {cases} comparisons, {nan_pairs} NaN pairs",
+        if format == Format::Pq2_0 {
+            "pq2_0"
+        } else {
+            "ptq1_0"
+        },
         order.name(),
         if fma { "" } else { "out" }
     );
@@ -90,54 +139,104 @@ fn check(order: FloatOrder, fma: bool) {
 
 #[test]
 fn pq2_0_matches_the_fork_generic_c_built_with_fma() {
-    check(FloatOrder::Haswell, true);
+    check(Format::Pq2_0, FloatOrder::Haswell, true);
 }
 
 #[test]
 fn pq2_0_matches_the_fork_generic_c_built_without_fma() {
-    check(FloatOrder::X64, false);
+    check(Format::Pq2_0, FloatOrder::X64, false);
+}
+
+#[test]
+fn ptq1_0_matches_the_fork_generic_c_built_with_fma() {
+    check(Format::Ptq1_0, FloatOrder::Haswell, true);
+}
+
+#[test]
+fn ptq1_0_matches_the_fork_generic_c_built_without_fma() {
+    check(Format::Ptq1_0, FloatOrder::X64, false);
 }
 
 #[test]
 fn the_two_c_builds_differ_so_the_check_can_fail() {
     let (a, b) = (common::fork_c::build(true), common::fork_c::build(false));
-    let mut rng = SmallRng::seed_from_u64(3);
-    let differ = (0..2000).any(|_| {
-        let mut x = vec![0u8; 8 * 34];
-        let mut y = vec![0u8; 32 * 34];
-        rng.fill(&mut x[..]);
-        rng.fill(&mut y[..]);
-        for blk in x.chunks_exact_mut(34).chain(y.chunks_exact_mut(34)) {
-            blk[..2].copy_from_slice(&(0x2400u16 + rng.gen_range(0..0x800)).to_le_bytes());
+    for format in [Format::Pq2_0, Format::Ptq1_0] {
+        let bb = format.block_bytes();
+        let mut rng = SmallRng::seed_from_u64(3);
+        let differ = (0..2000).any(|_| {
+            let mut x = vec![0u8; 8 * bb];
+            let mut y = vec![0u8; 32 * 34];
+            rng.fill(&mut x[..]);
+            rng.fill(&mut y[..]);
+            for blk in x.chunks_exact_mut(bb) {
+                let d = 0x2400u16 + rng.gen_range(0..0x800);
+                blk[format.scale_at()].copy_from_slice(&d.to_le_bytes());
+            }
+            for blk in y.chunks_exact_mut(34) {
+                blk[..2].copy_from_slice(&(0x2400u16 + rng.gen_range(0..0x800)).to_le_bytes());
+            }
+            let s = call(format.reference(&a), 1024, &x, &y);
+            let t = call(format.reference(&b), 1024, &x, &y);
+            s.to_bits() != t.to_bits()
+        });
+        assert!(
+            differ,
+            "the FMA and non-FMA builds of the reference never differed"
+        );
+    }
+}
+
+/// `dequantize_row_pq2_0` / `dequantize_row_ptq1_0`: every instruction set's export path against the C, bit for
+/// bit, on every byte value in every position (the PTQ1_0 rows also carry bytes 243..=255) and special scales.
+#[test]
+fn dequantize_matches_the_fork_generic_c() {
+    let reference = common::fork_c::build(true);
+    let specials = [
+        0x0000u16, 0x8000, 0x0001, 0x83ff, 0x7bff, 0x7c00, 0xfc00, 0x7e00,
+    ];
+    for format in [Format::Pq2_0, Format::Ptq1_0] {
+        let bb = format.block_bytes();
+        let deq = match format {
+            Format::Pq2_0 => reference.dequantize_pq2_0,
+            Format::Ptq1_0 => reference.dequantize_ptq1_0,
+        };
+        for value in 0..=255u8 {
+            let nb = 8;
+            let mut x = vec![0u8; nb * bb];
+            for (b, blk) in x.chunks_exact_mut(bb).enumerate() {
+                for (j, q) in blk.iter_mut().enumerate() {
+                    *q = value.wrapping_add((b * 29 + j * 7) as u8 & if b == 0 { 0 } else { 0xff });
+                }
+                let d = if b < specials.len() && value % 2 == 0 {
+                    specials[b]
+                } else {
+                    0x2000 + value as u16 * 16 + b as u16
+                };
+                blk[format.scale_at()].copy_from_slice(&d.to_le_bytes());
+            }
+            let mut want = vec![0f32; nb * 128];
+            // SAFETY: nb blocks in, nb·128 floats out.
+            unsafe {
+                deq(
+                    x.as_ptr() as *const c_void,
+                    want.as_mut_ptr(),
+                    (nb * 128) as i64,
+                )
+            };
+            for isa in Isa::ALL.into_iter().filter(|&i| i <= detected_isa()) {
+                let k = Kernels::new(isa, FloatOrder::Haswell);
+                let mut got = vec![0f32; nb * 128];
+                match format {
+                    Format::Pq2_0 => k.dequantize_row_pq2_0(blocks(&x), &mut got),
+                    Format::Ptq1_0 => k.dequantize_row_ptq1_0(blocks(&x), &mut got),
+                }
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                        "{isa:?} byte {value} element {i}: {a:e} vs {b:e}"
+                    );
+                }
+            }
         }
-        let (mut s, mut t) = (0f32, 0f32);
-        // SAFETY: 8 blocks and 32 q8_0 blocks for n = 1024.
-        unsafe {
-            (a.vec_dot)(
-                1024,
-                &mut s,
-                0,
-                x.as_ptr() as *const c_void,
-                0,
-                y.as_ptr() as *const c_void,
-                0,
-                1,
-            );
-            (b.vec_dot)(
-                1024,
-                &mut t,
-                0,
-                x.as_ptr() as *const c_void,
-                0,
-                y.as_ptr() as *const c_void,
-                0,
-                1,
-            );
-        }
-        s.to_bits() != t.to_bits()
-    });
-    assert!(
-        differ,
-        "the FMA and non-FMA builds of the reference never differed"
-    );
+    }
 }

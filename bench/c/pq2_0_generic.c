@@ -47,3 +47,16 @@ void fork_vec_dot_pq2_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t 
     }
     *s = sumf;
 }
+
+/* The fork's dequantize_row_pq2_0: ((int)code - 1) * d per weight, 128 weights per block. */
+void fork_dequantize_row_pq2_0(const void *vx, float *y, int64_t k) {
+    const pq2_0_block *x = (const pq2_0_block *)vx;
+    const int64_t blocks = k / 128;
+    for (int64_t i = 0; i < blocks; i++) {
+        const float d = _cvtsh_ss(x[i].d);
+        for (int j = 0; j < 128; j++) {
+            const int code = (x[i].qs[j / 4] >> (2 * (j % 4))) & 3;
+            y[128 * i + j] = (float)(code - 1) * d;
+        }
+    }
+}

@@ -24,6 +24,14 @@ pub fn check_model(model: &Path) -> Result<(), String> {
     let mut seen: Vec<u32> = types.iter().map(|(_, t)| *t).collect();
     seen.sort_unstable();
     seen.dedup();
+    if let Some(t) = seen.iter().find(|&&t| t == 142 || t == 143) {
+        return Err(format!(
+            "{}: ggml type {t} ({}) is a PrismML-fork type that the pinned stock llama.cpp cannot load; run the \
+             fork's own tools with LD_PRELOAD=libggml_lowbit.so (docs/pq2_0.md)",
+            model.display(),
+            if *t == 142 { "PQ2_0" } else { "PTQ1_0" }
+        ));
+    }
     Err(format!(
         "{}: no tensor of a type ggml-lowbit serves (it has ggml types {seen:?}; supported: q2_0 = 42)",
         model.display()

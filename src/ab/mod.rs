@@ -3,4 +3,5 @@
 pub mod bits;
 pub mod cases;
 pub mod e2e;
+pub mod fork;
 pub mod speed;

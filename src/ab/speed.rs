@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rand::Rng;
-use rayon::prelude::*;
 
-use super::cases::{Gen, Q2_0_BYTES, Q8_0_BYTES};
+use super::cases::{Gen, Q8_0_BYTES};
+use crate::model::WeightType;
 use crate::stock::{QuantizeRowFn, VecDotFn};
 
 /// The Bonsai-8B (Qwen3-8B) projection shapes: rows × columns.
@@ -34,6 +34,8 @@ pub struct SpeedRow {
     pub stock_median_ms: f64,
     /// stock median / ours median: above 1 means we are faster.
     pub ratio: f64,
+    /// What "stock" is for this row: the stock build, or for the fork's formats the fork's generic C.
+    pub baseline: String,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -46,45 +48,26 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// A Q2_0 weight matrix and a q8_0 activation with realistic (ternary) content.
+/// The Bonsai 2 projection shapes (hidden 5120, FFN 17408, attention 6144): rows × columns.
+pub const BONSAI2_SHAPES: [(usize, usize); 4] =
+    [(17408, 5120), (5120, 17408), (6144, 5120), (5120, 6144)];
+
+/// A weight matrix (Q2_0, PQ2_0 or PTQ1_0, ternary content as the model generator writes it) and a q8_0
+/// activation.
 pub struct MatVec {
     pub rows: usize,
     pub cols: usize,
+    format: WeightType,
     weights: Vec<u8>,
     act: Vec<u8>,
 }
 
 impl MatVec {
-    pub fn new(rows: usize, cols: usize, seed: u64) -> MatVec {
-        let nb = cols / 64;
-        let row_bytes = nb * Q2_0_BYTES;
-        let mut weights = vec![0u8; rows * row_bytes];
+    pub fn new(format: WeightType, rows: usize, cols: usize, seed: u64) -> MatVec {
+        let (bw, bb) = format.block();
+        let mut weights = vec![0u8; rows * (cols / bw) * bb];
         // Rows are generated in parallel from per-row seeds so 151669-row matrices take well under a second.
-        weights
-            .par_chunks_mut(row_bytes)
-            .enumerate()
-            .for_each(|(r, row)| {
-                let mut g = Gen::new(seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                for b in 0..nb {
-                    let blk = &mut row[b * Q2_0_BYTES..(b + 1) * Q2_0_BYTES];
-                    let d = half::f16::from_f32(g.rng.gen_range(0.01..0.05)).to_bits();
-                    blk[..2].copy_from_slice(&d.to_le_bytes());
-                    for q in &mut blk[2..] {
-                        let mut v = 0u8;
-                        for s in 0..4 {
-                            let x = g.rng.gen_range(0..100);
-                            v |= (if x < 31 {
-                                0
-                            } else if x < 69 {
-                                1
-                            } else {
-                                2
-                            }) << (2 * s);
-                        }
-                        *q = v;
-                    }
-                }
-            });
+        format.fill(&mut weights, cols, 0.03, seed);
         let mut g = Gen::new(seed.wrapping_add(1));
         let mut act = vec![0u8; cols / 32 * Q8_0_BYTES];
         for blk in act.chunks_exact_mut(Q8_0_BYTES) {
@@ -97,6 +80,7 @@ impl MatVec {
         MatVec {
             rows,
             cols,
+            format,
             weights,
             act,
         }
@@ -104,7 +88,8 @@ impl MatVec {
 
     /// One mat-vec through `f`, rows split in one contiguous chunk per thread of `team`.
     pub fn run(&self, f: VecDotFn, out: &mut [f32], team: &Team) {
-        let row_bytes = self.cols / 64 * Q2_0_BYTES;
+        let (bw, bb) = self.format.block();
+        let row_bytes = self.cols / bw * bb;
         let threads = team.threads();
         let chunk = self.rows.div_ceil(threads);
         let n = self.cols as i32;
@@ -117,7 +102,7 @@ impl MatVec {
         team.run(&|t| {
             for r in (t * chunk)..((t + 1) * chunk).min(rows) {
                 let row = (weights + r * row_bytes) as *const c_void;
-                // SAFETY: row `r` holds `cols/64` blocks, the activation `cols/32`; each thread writes only its
+                // SAFETY: row `r` holds `cols/bw` blocks, the activation `cols/32`; each thread writes only its
                 // own rows of `out`, which outlives the run (`Team::run` returns when every thread is done).
                 unsafe {
                     f(
@@ -219,8 +204,10 @@ impl Drop for Team {
     }
 }
 
-/// Interleaved timing of `ours` and `stock` on one mat-vec; checks the outputs agree bit for bit first.
+/// Interleaved timing of `ours` and `stock` (for the fork's formats: the fork's generic C) on one mat-vec;
+/// checks the outputs agree bit for bit first. The row's `baseline` is left for the caller to name.
 pub fn time_vec_dot(
+    symbol: &str,
     m: &MatVec,
     ours: VecDotFn,
     stock: VecDotFn,
@@ -245,14 +232,7 @@ pub fn time_vec_dot(
     };
     let (mo, ms) = interleaved(reps, || time(ours, &mut a), || time(stock, &mut b));
     let shape = format!("{}x{}", m.rows, m.cols);
-    Ok(SpeedRow::new(
-        "ggml_vec_dot_q2_0_q8_0",
-        shape,
-        threads,
-        reps,
-        mo,
-        ms,
-    ))
+    Ok(SpeedRow::new(symbol, shape, threads, reps, mo, ms))
 }
 
 /// `reps` timings of `ours` and of `stock`, alternating which goes first; the two medians.
@@ -291,6 +271,7 @@ impl SpeedRow {
             ours_median_ms: ours_ms,
             stock_median_ms: stock_ms,
             ratio: stock_ms / ours_ms,
+            baseline: String::new(),
         }
     }
 }

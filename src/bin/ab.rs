@@ -10,8 +10,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use ggml_lowbit::ab::bits::{self, CSymbols, Subject, SymbolReport};
-use ggml_lowbit::ab::speed::{self, MatVec, SpeedRow, BONSAI_8B_SHAPES};
+use ggml_lowbit::ab::fork;
+use ggml_lowbit::ab::speed::{self, MatVec, SpeedRow, BONSAI2_SHAPES, BONSAI_8B_SHAPES};
+use ggml_lowbit::model::WeightType;
 use ggml_lowbit::stock::StockLib;
+use ggml_lowbit::stock::VecDotFn;
 use ggml_lowbit::FloatOrder;
 use indicatif::{ProgressBar, ProgressStyle};
 use tabled::settings::Style;
@@ -118,10 +121,10 @@ enum Command {
     },
     /// Writes a synthetic llama-architecture GGUF model with random low-bit weights shaped like a real one.
     Model {
-        /// tiny, bonsai-1.7b or bonsai-8b.
+        /// tiny, bonsai-1.7b, bonsai-8b or bonsai2-27b.
         #[arg(long, default_value = "tiny")]
         preset: String,
-        /// Weight type.
+        /// Weight type: q2_0, or the PrismML fork's pq2_0 (142) / ptq1_0 (143), which only the fork loads.
         #[arg(long = "type", default_value = "q2_0")]
         wtype: String,
         #[arg(long, default_value_t = 1)]
@@ -291,8 +294,16 @@ fn cmd_model(preset: &str, wtype: &str, seed: u64, out: &Path) -> Result<ExitCod
     let names: Vec<&str> = ggml_lowbit::model::PRESETS.iter().map(|p| p.name).collect();
     let p = ggml_lowbit::model::preset(preset)
         .ok_or_else(|| format!("unknown preset {preset:?} (known: {})", names.join(", ")))?;
-    let t = ggml_lowbit::model::WeightType::parse(wtype)
-        .ok_or_else(|| format!("unsupported weight type {wtype:?} (supported: q2_0)"))?;
+    let t = ggml_lowbit::model::WeightType::parse(wtype).ok_or_else(|| {
+        let known: Vec<&str> = ggml_lowbit::model::WeightType::ALL
+            .iter()
+            .map(|t| t.name())
+            .collect();
+        format!(
+            "unsupported weight type {wtype:?} (supported: {})",
+            known.join(", ")
+        )
+    })?;
     let start = std::time::Instant::now();
     let info = ggml_lowbit::model::write_model(out, p, t, seed)?;
     println!(
@@ -587,12 +598,32 @@ struct SpeedLine {
     symbol: String,
     shape: String,
     threads: usize,
+    baseline: String,
     #[tabled(rename = "ours ms (median)")]
     ours: String,
-    #[tabled(rename = "stock ms (median)")]
+    #[tabled(rename = "baseline ms (median)")]
     stock: String,
-    #[tabled(rename = "stock / ours")]
+    #[tabled(rename = "baseline / ours")]
     ratio: String,
+}
+
+/// One vec_dot timed by `speed`: symbol, weight format, shapes, ours, the baseline and its name.
+type SpeedJob = (
+    String,
+    WeightType,
+    Vec<(usize, usize)>,
+    VecDotFn,
+    VecDotFn,
+    String,
+);
+
+/// One of our vec_dot exports from the loaded library.
+fn lookup_vec_dot(lib: &libloading::Library, symbol: &str) -> Result<VecDotFn> {
+    let name = format!("{symbol}\0");
+    // SAFETY: every `ggml_vec_dot_*` export has ggml's vec_dot signature (`ffi.rs`).
+    unsafe { lib.get::<VecDotFn>(name.as_bytes()) }
+        .map(|f| *f)
+        .map_err(|e| format!("{symbol}: {e}"))
 }
 
 fn cmd_speed(
@@ -604,7 +635,12 @@ fn cmd_speed(
     only: &[String],
     out: &Path,
 ) -> Result<ExitCode> {
-    let known = ["ggml_vec_dot_q2_0_q8_0", "quantize_row_q8_0"];
+    let known = [
+        "ggml_vec_dot_q2_0_q8_0",
+        "quantize_row_q8_0",
+        "ggml_vec_dot_pq2_0_q8_0",
+        "ggml_vec_dot_ptq1_0_q8_0",
+    ];
     check_symbols(only, &known)?;
     if build == Build::All {
         return Err(
@@ -614,14 +650,19 @@ fn cmd_speed(
     if reps == 0 {
         return Err("--reps must be at least 1".into());
     }
-    let shapes: Vec<(usize, usize)> = if shapes.is_empty() {
-        BONSAI_8B_SHAPES.to_vec()
+    let given: Option<Vec<(usize, usize)>> = if shapes.is_empty() {
+        None
     } else {
-        shapes
-            .iter()
-            .map(|s| parse_shape(s))
-            .collect::<Result<_>>()?
+        Some(
+            shapes
+                .iter()
+                .map(|s| parse_shape(s))
+                .collect::<Result<_>>()?,
+        )
     };
+    // Q2_0 defaults to the Bonsai-8B shapes, the fork's formats to the Bonsai 2 shapes.
+    let shapes = given.clone().unwrap_or(BONSAI_8B_SHAPES.to_vec());
+    let fork_shapes = given.unwrap_or(BONSAI2_SHAPES.to_vec());
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -646,35 +687,89 @@ fn cmd_speed(
     let st = CSymbols::from_stock(&stock)?;
     let wants = |s: &str| only.is_empty() || only.iter().any(|o| o == s);
     let mut rows: Vec<SpeedRow> = Vec::new();
+    let stock_name = format!("stock {}", order.name());
+    let fork_wanted: Vec<(&str, WeightType)> = [
+        ("ggml_vec_dot_pq2_0_q8_0", WeightType::Pq2_0),
+        ("ggml_vec_dot_ptq1_0_q8_0", WeightType::Ptq1_0),
+    ]
+    .into_iter()
+    .filter(|(s, _)| wants(s))
+    .collect();
+    // The fork's formats have no stock build: their baseline is the fork's generic C compiled here the way the
+    // fork is built (FMA for the haswell order, none for x64).
+    let fma = order == FloatOrder::Haswell;
+    let fork = if fork_wanted.is_empty() {
+        None
+    } else {
+        let root = std::env::current_dir().map_err(|e| e.to_string())?;
+        if !root.join("bench/c/ptq1_0_generic.c").is_file() {
+            return Err(
+                "the fork's generic C (bench/c/) is not here: run speed from the repository root"
+                    .into(),
+            );
+        }
+        Some(fork::build(&fork::default_compiler(), &root, fma)?)
+    };
+    let fork_name = format!(
+        "fork generic C (-O3 -mavx2{})",
+        if fma { " -mfma" } else { " -mno-fma" }
+    );
+    let mut jobs: Vec<SpeedJob> = Vec::new();
     if wants("ggml_vec_dot_q2_0_q8_0") {
-        let bar = ProgressBar::new((shapes.len() * threads.len()) as u64).with_message("speed");
-        for &(r, c) in &shapes {
-            let m = MatVec::new(r, c, 42);
+        jobs.push((
+            "ggml_vec_dot_q2_0_q8_0".into(),
+            WeightType::Q2_0,
+            shapes.clone(),
+            ours.vec_dot_q2_0_q8_0,
+            st.vec_dot_q2_0_q8_0,
+            stock_name.clone(),
+        ));
+    }
+    for (symbol, format) in fork_wanted {
+        let (weights, _) = format.block();
+        if let Some((r, c)) = fork_shapes.iter().find(|(_, c)| c % weights != 0) {
+            return Err(format!(
+                "{r}x{c}: {symbol} needs columns in whole blocks of {weights}"
+            ));
+        }
+        let reference = fork.as_ref().expect("built above");
+        let (mine, base) = match format {
+            WeightType::Pq2_0 => (lookup_vec_dot(&ours_lib, symbol)?, reference.vec_dot_pq2_0),
+            _ => (lookup_vec_dot(&ours_lib, symbol)?, reference.vec_dot_ptq1_0),
+        };
+        jobs.push((
+            symbol.into(),
+            format,
+            fork_shapes.clone(),
+            mine,
+            base,
+            fork_name.clone(),
+        ));
+    }
+    let total: usize = jobs.iter().map(|j| j.2.len() * threads.len()).sum();
+    let bar = ProgressBar::new(total as u64).with_message("speed");
+    for (symbol, format, job_shapes, mine, base, baseline) in &jobs {
+        for &(r, c) in job_shapes {
+            let m = MatVec::new(*format, r, c, 42);
             for &t in &threads {
-                bar.set_message(format!("speed {r}x{c}, {t} thread(s)"));
-                rows.push(speed::time_vec_dot(
-                    &m,
-                    ours.vec_dot_q2_0_q8_0,
-                    st.vec_dot_q2_0_q8_0,
-                    t,
-                    reps,
-                )?);
+                bar.set_message(format!("speed {symbol} {r}x{c}, {t} thread(s)"));
+                let mut row = speed::time_vec_dot(symbol, &m, *mine, *base, t, reps)?;
+                row.baseline = baseline.clone();
+                rows.push(row);
                 bar.inc(1);
             }
         }
-        bar.finish_and_clear();
     }
+    bar.finish_and_clear();
     if wants("quantize_row_q8_0") {
         let mut cols: Vec<usize> = shapes.iter().map(|&(_, c)| c).collect();
         cols.sort_unstable();
         cols.dedup();
         for c in cols {
-            rows.push(speed::time_quantize(
-                c,
-                ours.quantize_row_q8_0,
-                st.quantize_row_q8_0,
-                reps,
-            )?);
+            let mut row =
+                speed::time_quantize(c, ours.quantize_row_q8_0, st.quantize_row_q8_0, reps)?;
+            row.baseline = stock_name.clone();
+            rows.push(row);
         }
     }
     drop(ours_lib);
@@ -686,6 +781,7 @@ fn cmd_speed(
             symbol: r.symbol.clone(),
             shape: r.shape.clone(),
             threads: r.threads,
+            baseline: r.baseline.clone(),
             ours: format!("{:.4}", r.ours_median_ms),
             stock: format!("{:.4}", r.stock_median_ms),
             ratio: format!("{:.2}x", r.ratio),

@@ -1,5 +1,6 @@
 //! One module per ggml format: block layout, decode, and the scalar model of each stock float order.
 pub mod pq2_0;
+pub mod ptq1_0;
 pub mod q2_0;
 pub mod q8_0;
 
@@ -29,3 +30,5 @@ unsafe impl RawBlock for q2_0::BlockQ2_0 {}
 unsafe impl RawBlock for q8_0::BlockQ8_0 {}
 // SAFETY: as above.
 unsafe impl RawBlock for pq2_0::BlockPQ2_0 {}
+// SAFETY: as above.
+unsafe impl RawBlock for ptq1_0::BlockPTQ1_0 {}

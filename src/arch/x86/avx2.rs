@@ -11,6 +11,7 @@ use std::arch::x86_64::*;
 
 use super::pipelined;
 use crate::formats::pq2_0::{pq2_0_block_chain, vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
+use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::{quantize_block_q8_0_ref_model, BlockQ8_0, QK8_0};
 use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf};
@@ -18,6 +19,7 @@ use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf};
 const Q2_BYTES: usize = 18;
 const Q8_BYTES: usize = 34;
 const PQ2_BYTES: usize = 34;
+const PTQ1_BYTES: usize = 28;
 
 /// `Σ(c − 1)·q` of one 32-weight half as 16 i16 pair sums. `codes` points at the block's 16 code bytes
 /// (`idx` picks dwords 0,1 or 2,3 of them), `q` at the 32 q8 bytes.
@@ -41,22 +43,36 @@ unsafe fn q2_half_pairs(codes: __m256i, idx: __m256i, q: *const u8) -> __m256i {
     }
 }
 
-/// `Σ(c − 1)·q` of four 64-weight code groups (`codes(g)` points at group `g`'s 16 code bytes) against the 8
-/// q8_0 blocks at `yb`, as floats. Lane `4h + g` holds half `h` of group `g`, i.e. q8_0 block `2g + h`. Shared by
-/// Q2_0 (a group is a block) and PQ2_0 (a block is two groups).
+/// Both halves of a 64-weight Q2_0 code group (16 code bytes at `codes`) as `q2_half_pairs`.
+#[inline(always)]
+unsafe fn q2_group_pairs(codes: *const u8, q0: *const u8, q1: *const u8) -> [__m256i; 2] {
+    // SAFETY (whole body): the caller guarantees 16 bytes at `codes` and 32 at `q0` and `q1`; AVX2 is enabled
+    // by the calling kernel.
+    unsafe {
+        let c = _mm256_castsi128_si256(_mm_loadu_si128(codes as *const __m128i));
+        [
+            q2_half_pairs(c, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), q0),
+            q2_half_pairs(c, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3), q1),
+        ]
+    }
+}
+
+/// `Σ(w − 1)·q` of four 64-weight groups against the 8 q8_0 blocks at `yb`, as floats. `pairs(g, q0, q1)` gives
+/// the 16 i16 pair sums of each 32-weight half of group `g`, the q8 quants of its halves being at `q0` and `q1`.
+/// Lane `4h + g` holds half `h` of group `g`, i.e. q8_0 block `2g + h`. Shared by Q2_0 (a group is a block),
+/// PQ2_0 and PTQ1_0 (a block is two groups).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_sums(codes: impl Fn(usize) -> *const u8, yb: *const u8) -> __m256 {
-    // SAFETY (whole body): the caller guarantees 16 code bytes at each `codes(g)` and 8 q8_0 blocks at `yb`;
-    // features are enabled by this function.
+unsafe fn group_sums(
+    pairs: impl Fn(usize, *const u8, *const u8) -> [__m256i; 2],
+    yb: *const u8,
+) -> __m256 {
+    // SAFETY (whole body): the caller guarantees 8 q8_0 blocks at `yb`; features are enabled by this function.
     unsafe {
-        let idx_lo = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-        let idx_hi = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
         let mut h = [_mm256_setzero_si256(); 8];
         for g in 0..4 {
-            let c = _mm256_castsi128_si256(_mm_loadu_si128(codes(g) as *const __m128i));
-            h[g] = q2_half_pairs(c, idx_lo, yb.add((2 * g) * Q8_BYTES + 2));
-            h[4 + g] = q2_half_pairs(c, idx_hi, yb.add((2 * g + 1) * Q8_BYTES + 2));
+            let q0 = yb.add((2 * g) * Q8_BYTES + 2);
+            [h[g], h[4 + g]] = pairs(g, q0, q0.add(Q8_BYTES));
         }
         let a = _mm256_hadd_epi16(h[0], h[1]);
         let b = _mm256_hadd_epi16(h[2], h[3]);
@@ -93,7 +109,10 @@ unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m1
     // SAFETY (whole body): the caller guarantees 4 whole Q2_0 blocks at `xb` and 8 q8_0 blocks at `yb`;
     // features are enabled by this function.
     unsafe {
-        let s = group_sums(|g| xb.add(g * Q2_BYTES + 2), yb);
+        let s = group_sums(
+            |g, q0, q1| q2_group_pairs(xb.add(g * Q2_BYTES + 2), q0, q1),
+            yb,
+        );
         let d1 = group_d1(yb);
         let mut d0_bits = [0u16; 8];
         for (k, d) in d0_bits.iter_mut().take(4).enumerate() {
@@ -163,26 +182,37 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     vec_dot_q2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[2 * done..])
 }
 
-/// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: two blocks (four code
-/// groups) per batch through `group_sums`, then each block's four-step `sumi` and the `sumf` step in scalar
-/// code, software-pipelined like the Q2_0 kernel.
+/// The driver shared by the fork's 128-weight formats (PQ2_0, PTQ1_0): two blocks (four 64-weight groups) per
+/// batch through `group_sums`, then each block's four-step `sumi` and the `sumf` step in scalar code,
+/// software-pipelined like the Q2_0 kernel. `pairs(b, h, q0, q1)` gives the i16 pair sums of the two quarters of
+/// half `h` of block `b` against the q8 quants at `q0` and `q1`; `d0_bits(b)` is the block's f16 scale. Returns the running
+/// sum after `2·batches` blocks; the caller finishes the tail with its format's chain.
 ///
 /// # Safety
-/// The CPU must have AVX2, FMA and F16C; `y.len() >= 4 * x.len()`.
+/// `yp` points at `8·batches` q8_0 blocks; `pairs` and `d0_bits` are valid for blocks `0..2·batches`.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
-    debug_assert!(y.len() >= 4 * x.len());
-    let batches = x.len() / 2;
-    let xp = x.as_ptr() as *const u8;
-    let yp = y.as_ptr() as *const u8;
-    // SAFETY (both closures): batch k < batches covers blocks 2k..2k+2 of x and 8k..8k+8 of y, inside the
-    // slices; this function's target features cover the helpers'.
-    let sumf = pipelined(
+unsafe fn fork_block_batches<const FMA: bool>(
+    batches: usize,
+    yp: *const u8,
+    pairs: impl Fn(usize, usize, *const u8, *const u8) -> [__m256i; 2],
+    d0_bits: impl Fn(usize) -> u16,
+) -> f32 {
+    // SAFETY (both closures): batch k < batches covers blocks 2k..2k+2 and q8_0 blocks 8k..8k+8, inside what
+    // the caller guarantees; this function's target features cover the helpers'.
+    pipelined(
         batches,
         |k| unsafe {
-            let (xb, yb) = (xp.add(2 * k * PQ2_BYTES), yp.add(8 * k * Q8_BYTES));
-            let s = group_sums(|g| xb.add((g / 2) * PQ2_BYTES + 2 + 16 * (g % 2)), yb);
-            (s, group_d1(yb), [0, 1].map(|p| x[2 * k + p].d.to_f32()))
+            let yb = yp.add(8 * k * Q8_BYTES);
+            let s = group_sums(|g, q0, q1| pairs(2 * k + g / 2, g % 2, q0, q1), yb);
+            // F16C for the block scales (the software conversion costs more than the rest of a block).
+            let d0 = _mm_insert_epi16::<1>(
+                _mm_cvtsi32_si128(d0_bits(2 * k) as i32),
+                d0_bits(2 * k + 1) as i32,
+            );
+            let mut d0s = [0f32; 4];
+            _mm_storeu_ps(d0s.as_mut_ptr(), _mm_cvtph_ps(d0));
+            (s, group_d1(yb), [d0s[0], d0s[1]])
         },
         |mut sumf, (s, d1, d0): (__m256, __m256, [f32; 2])| {
             let (mut sv, mut dv) = ([0f32; 8], [0f32; 8]);
@@ -203,9 +233,169 @@ pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8
             }
             sumf
         },
-    );
+    )
+}
+
+/// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: the Q2_0 code
+/// expansion on each 64-weight half, through `fork_block_batches`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.len() >= 4 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
+    debug_assert!(y.len() >= 4 * x.len());
+    let batches = x.len() / 2;
+    let xp = x.as_ptr() as *const u8;
+    // SAFETY: blocks 0..2·batches of x and 8·batches q8_0 blocks of y are inside the slices; each half's 16
+    // code bytes are inside its block.
+    let sumf = unsafe {
+        fork_block_batches::<FMA>(
+            batches,
+            y.as_ptr() as *const u8,
+            |b, h, q0, q1| q2_group_pairs(xp.add(b * PQ2_BYTES + 2 + 16 * h), q0, q1),
+            |b| x[b].d.to_bits(),
+        )
+    };
     let done = 2 * batches;
     vec_dot_pq2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[4 * done..])
+}
+
+/// PTQ1_0 quarter `k`'s byte shuffle: byte `i` of lane `l` picks the packed byte of element `32k + 16l + i`,
+/// counted from the lane's source (`ptq1_quarter_sources`: packed bytes 0..16 or 12..28).
+const fn ptq1_quarter_shuffle(k: usize) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    let mut i = 0;
+    while i < 32 {
+        let base = if ptq1_lane_from_high(k, i / 16) {
+            12
+        } else {
+            0
+        };
+        out[i] = (element_source(32 * k + i).0 - base) as u8;
+        i += 1;
+    }
+    out
+}
+
+/// Whether lane `l` of quarter `k` reads the bytes at 12..28 of the block (else 0..16): elements 80..128 come
+/// from packed bytes 16..26.
+const fn ptq1_lane_from_high(k: usize, l: usize) -> bool {
+    32 * k + 16 * l >= 80
+}
+
+/// PTQ1_0 quarter `k`'s per-word multipliers, as `avx512::ptq1_half_mult`: `3ⁿ << 8` for the even byte of each
+/// word (`ODD = false`), `3ⁿ` for the odd byte (`ODD = true`).
+const fn ptq1_quarter_mult<const ODD: bool>(k: usize) -> [u16; 16] {
+    let mut out = [0u16; 16];
+    let mut w = 0;
+    while w < 16 {
+        if ODD {
+            out[w] = POW3[element_source(32 * k + 2 * w + 1).1] as u16;
+        } else {
+            out[w] = (POW3[element_source(32 * k + 2 * w).1] as u16) << 8;
+        }
+        w += 1;
+    }
+    out
+}
+
+static PTQ1_SHUFFLE: [[u8; 32]; 4] = [
+    ptq1_quarter_shuffle(0),
+    ptq1_quarter_shuffle(1),
+    ptq1_quarter_shuffle(2),
+    ptq1_quarter_shuffle(3),
+];
+static PTQ1_MULT_EVEN: [[u16; 16]; 4] = [
+    ptq1_quarter_mult::<false>(0),
+    ptq1_quarter_mult::<false>(1),
+    ptq1_quarter_mult::<false>(2),
+    ptq1_quarter_mult::<false>(3),
+];
+static PTQ1_MULT_ODD: [[u16; 16]; 4] = [
+    ptq1_quarter_mult::<true>(0),
+    ptq1_quarter_mult::<true>(1),
+    ptq1_quarter_mult::<true>(2),
+    ptq1_quarter_mult::<true>(3),
+];
+
+/// The 32 trits (0..=2, element order) of quarter `k` of the PTQ1_0 block at `b`, from its two 16-byte windows
+/// `low` (bytes 0..16) and `high` (bytes 12..28, so nothing past the block is read): an in-lane shuffle to each
+/// element's byte, `vpmullw` to `v = q·3ⁿ` in each word's high byte, `vpmulhuw` by 3 (even byte) or 768 (odd byte)
+/// for `(v·3) >> 8`, and a merge.
+#[inline(always)]
+unsafe fn ptq1_quarter_trits(low: __m128i, high: __m128i, k: usize) -> __m256i {
+    // SAFETY (whole body): register operations and loads of 32-byte statics; AVX2 is enabled by the calling
+    // kernel.
+    unsafe {
+        let pick = |l: usize| if ptq1_lane_from_high(k, l) { high } else { low };
+        let src = _mm256_set_m128i(pick(1), pick(0));
+        let x = _mm256_shuffle_epi8(
+            src,
+            _mm256_loadu_si256(PTQ1_SHUFFLE[k].as_ptr() as *const __m256i),
+        );
+        let high_bytes = _mm256_set1_epi16(0xff00u16 as i16);
+        let even = _mm256_mulhi_epu16(
+            _mm256_mullo_epi16(
+                x,
+                _mm256_loadu_si256(PTQ1_MULT_EVEN[k].as_ptr() as *const __m256i),
+            ),
+            _mm256_set1_epi16(3),
+        );
+        let odd = _mm256_mulhi_epu16(
+            _mm256_mullo_epi16(
+                _mm256_and_si256(x, high_bytes),
+                _mm256_loadu_si256(PTQ1_MULT_ODD[k].as_ptr() as *const __m256i),
+            ),
+            _mm256_set1_epi16(768),
+        );
+        _mm256_or_si256(even, _mm256_and_si256(odd, high_bytes))
+    }
+}
+
+/// `Σ(t − 1)·q` of 32 trits in element order against 32 q8 bytes at `q`, as 16 i16 pair sums (each pair is at
+/// most 2·128 in magnitude, so `maddubs` never saturates).
+#[inline(always)]
+unsafe fn trit_pairs(t: __m256i, q: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 32 bytes at `q`; AVX2 is enabled by the calling kernel.
+    unsafe {
+        let qv = _mm256_loadu_si256(q as *const __m256i);
+        _mm256_sub_epi16(
+            _mm256_maddubs_epi16(t, qv),
+            _mm256_maddubs_epi16(_mm256_set1_epi8(1), qv),
+        )
+    }
+}
+
+/// `ggml_vec_dot_ptq1_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain:
+/// `ptq1_quarter_trits` on each 32-weight quarter, through `fork_block_batches`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.len() >= 4 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_ptq1_0_q8_0<const FMA: bool>(x: &[BlockPTQ1_0], y: &[BlockQ8_0]) -> f32 {
+    debug_assert!(y.len() >= 4 * x.len());
+    let batches = x.len() / 2;
+    let xp = x.as_ptr() as *const u8;
+    // SAFETY: blocks 0..2·batches of x and 8·batches q8_0 blocks of y are inside the slices; both 16-byte
+    // windows (0..16 and 12..28) are inside a block.
+    let sumf = unsafe {
+        fork_block_batches::<FMA>(
+            batches,
+            y.as_ptr() as *const u8,
+            |b, h, q0, q1| {
+                let block = xp.add(b * PTQ1_BYTES);
+                let low = _mm_loadu_si128(block as *const __m128i);
+                let high = _mm_loadu_si128(block.add(12) as *const __m128i);
+                [
+                    trit_pairs(ptq1_quarter_trits(low, high, 2 * h), q0),
+                    trit_pairs(ptq1_quarter_trits(low, high, 2 * h + 1), q1),
+                ]
+            },
+            |b| x[b].d.to_bits(),
+        )
+    };
+    let done = 2 * batches;
+    vec_dot_ptq1_0_q8_0_from::<FMA>(sumf, &x[done..], &y[4 * done..])
 }
 
 /// `dequantize_row_q2_0`: `((c − 1) as f32) · d`, eight weights per step.

@@ -14,48 +14,62 @@ use std::arch::x86_64::*;
 
 use super::pipelined;
 use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
+use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
 
 const Q2_BYTES: usize = 18;
 const Q8_BYTES: usize = 34;
 const PQ2_BYTES: usize = 34;
+const PTQ1_BYTES: usize = 28;
 
-/// Sixteen dword partials of one block: dwords 0..7 sum the first half, 8..15 the second.
+/// The 64 codes of one Q2_0 code group (16 bytes at `codes`), one per byte: `vpmovzxwq` puts code word `Q` in
+/// qword `Q`, `vpmultishiftqb` takes the bits at offset `2·(j % 8)` for byte `j`, a mask keeps two bits.
 #[inline(always)]
-unsafe fn q2_block_partials(codes: *const u8, q0: *const u8, q1: *const u8) -> __m512i {
-    // SAFETY (whole body): the caller guarantees 16 bytes at `codes` and 32 at `q0` and `q1`; the intrinsics'
-    // features are enabled by the calling kernel.
+unsafe fn q2_group_codes(codes: *const u8) -> __m512i {
+    // SAFETY (whole body): the caller guarantees 16 bytes at `codes`; the intrinsics' features are enabled by
+    // the calling kernel.
     unsafe {
         let ctrl = _mm512_set1_epi64(0x0e0c_0a08_0604_0200);
         let words = _mm512_cvtepu16_epi64(_mm_loadu_si128(codes as *const __m128i));
-        let c = _mm512_and_si512(
+        _mm512_and_si512(
             _mm512_multishift_epi64_epi8(ctrl, words),
             _mm512_set1_epi8(3),
-        );
+        )
+    }
+}
+
+/// Sixteen dword partials of `Σ(w − 1)·q` for 64 unsigned weight bytes `w` (0..=3) against the q8_0 blocks
+/// whose quants are at `q0` and `q1`: dwords 0..7 sum the first 32 weights, 8..15 the second.
+#[inline(always)]
+unsafe fn group_partials(w: __m512i, q0: *const u8, q1: *const u8) -> __m512i {
+    // SAFETY (whole body): the caller guarantees 32 bytes at `q0` and `q1`; the intrinsics' features are
+    // enabled by the calling kernel.
+    unsafe {
         let lo = _mm256_loadu_si256(q0 as *const __m256i);
         let hi = _mm256_loadu_si256(q1 as *const __m256i);
         let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
         let zero = _mm512_setzero_si512();
         _mm512_sub_epi32(
-            _mm512_dpbusd_epi32(zero, c, q),
+            _mm512_dpbusd_epi32(zero, w, q),
             _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), q),
         )
     }
 }
 
-/// `Σ(c − 1)·q` of eight 64-weight code groups (`codes(g)` points at group `g`'s 16 code bytes) against the 16
-/// q8_0 blocks at `yb`, as floats. Lane `8j + 4h + g` (j = g / 4) holds half `h` of group `4j + (g % 4)`, i.e.
-/// q8_0 block `2g + h`. Shared by Q2_0 (a group is a block) and PQ2_0 (a block is two groups).
+/// `Σ(w − 1)·q` of eight 64-weight groups as floats: `group(g)` gives group `g`'s weight bytes (0..=3) and
+/// the quants of the q8_0 block that meets its first 32 weights (the next q8_0 block meets the other 32). Lane
+/// `8j + 4h + r` holds half `h` of group `4j + r`. Shared by Q2_0 (a group is a block), PQ2_0 and PTQ1_0 (a
+/// block is two groups).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn group_sums(codes: impl Fn(usize) -> *const u8, yb: *const u8) -> __m512 {
-    // SAFETY (whole body): the caller guarantees 16 code bytes at each `codes(g)` and 16 q8_0 blocks at `yb`;
-    // features are enabled by this function.
+unsafe fn group_sums(group: impl Fn(usize) -> (__m512i, *const u8)) -> __m512 {
+    // SAFETY (whole body): the caller guarantees two q8_0 blocks at each group's pointer; features are enabled
+    // by this function.
     unsafe {
         let v: [__m512i; 8] = std::array::from_fn(|g| {
-            let q0 = yb.add(2 * g * Q8_BYTES + 2);
-            q2_block_partials(codes(g), q0, q0.add(Q8_BYTES))
+            let (w, q0) = group(g);
+            group_partials(w, q0, q0.add(Q8_BYTES))
         });
         // Reduction with in-lane unpacks only: after two levels, 128-bit lane l of r[j] holds
         // [v[4j]_l, v[4j+1]_l, v[4j+2]_l, v[4j+3]_l] (sums of lane l's four dwords).
@@ -78,22 +92,69 @@ unsafe fn group_sums(codes: impl Fn(usize) -> *const u8, yb: *const u8) -> __m51
     }
 }
 
-/// The scales of the 16 q8_0 blocks at `yb` in `group_sums`' lane order (q8_0 block `2g + h` in lane
-/// `8(g / 4) + 4h + g % 4`), collected with scalar moves (gathers are microcoded and slow on Zen 4).
+/// Where `group_d1` finds each lane's scale: per pair `j` of 64-byte loads, the lanes it fills (a word mask) and
+/// each lane's word index inside the pair. Built at compile time from a lane order (`order[l]`: the q8_0 block
+/// whose scale lane `l` holds).
+struct D1Tables {
+    masks: [u32; 4],
+    idx: [[u16; 32]; 4],
+}
+
+impl D1Tables {
+    const fn new(order: [usize; 16]) -> D1Tables {
+        let mut t = D1Tables {
+            masks: [0; 4],
+            idx: [[0; 32]; 4],
+        };
+        let mut l = 0;
+        while l < 16 {
+            let b = order[l];
+            let j = b / 4;
+            t.masks[j] |= 1 << l;
+            t.idx[j][l] = (17 * b - 64 * j) as u16;
+            l += 1;
+        }
+        t
+    }
+}
+
+/// The scales of the 16 q8_0 blocks at `yb` as floats, in the lane order `tables` was built for. The scales lie
+/// in the first 512 bytes (block `b`'s at word `17b`), so eight 64-byte loads and four two-source word permutes
+/// (`vpermt2w`, one per pair of loads, merged under masks) collect them: far fewer operations than sixteen
+/// scalar moves, and no store-to-load forwarding stall (gathers are microcoded and slow on Zen 4).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn group_d1(yb: *const u8) -> __m512 {
-    let mut bits = [0u16; 16];
-    for g in 0..8 {
-        for h in 0..2 {
-            // SAFETY: the caller guarantees 16 q8_0 blocks at `yb`; each read is a block's 2-byte scale.
-            bits[8 * (g / 4) + 4 * h + g % 4] =
-                unsafe { (yb.add((2 * g + h) * Q8_BYTES) as *const u16).read_unaligned() };
+unsafe fn group_d1(yb: *const u8, tables: &D1Tables) -> __m512 {
+    // SAFETY: the caller guarantees 16 q8_0 blocks (544 bytes) at `yb`; the loads cover bytes 0..512; the index
+    // tables are 64-byte arrays.
+    unsafe {
+        let z: [__m512i; 8] =
+            std::array::from_fn(|i| _mm512_loadu_si512(yb.add(64 * i) as *const _));
+        let mut words = _mm512_setzero_si512();
+        for j in 0..4 {
+            let picked = _mm512_permutex2var_epi16(
+                z[2 * j],
+                _mm512_loadu_si512(tables.idx[j].as_ptr() as *const _),
+                z[2 * j + 1],
+            );
+            words = _mm512_mask_mov_epi16(words, tables.masks[j], picked);
         }
+        _mm512_cvtph_ps(_mm512_castsi512_si256(words))
     }
-    // SAFETY: a load of the local array.
-    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(bits.as_ptr() as *const __m256i)) }
 }
+
+/// `group_sums`' lane order for Q2_0 (group `g` is block `g`, its halves meet q8_0 blocks `2g` and `2g + 1`):
+/// lane `8(g / 4) + 4h + g % 4` holds q8_0 block `2g + h`.
+static Q2_D1: D1Tables = D1Tables::new({
+    let mut order = [0usize; 16];
+    let mut g = 0;
+    while g < 8 {
+        order[8 * (g / 4) + g % 4] = 2 * g;
+        order[8 * (g / 4) + 4 + g % 4] = 2 * g + 1;
+        g += 1;
+    }
+    order
+});
 
 /// Per-batch float terms of eight Q2_0 blocks: for the FMA chain `(d0, sumi)`, for the unfused chain
 /// `(d0·sumi, _)`. Block `k` sits in lane `CHAIN_LANES[k]`. Nothing here depends on the running `sumf`.
@@ -103,8 +164,13 @@ unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m5
     // SAFETY (whole body): the caller guarantees 8 whole Q2_0 blocks at `xb` and 16 q8_0 blocks at `yb`;
     // features are enabled by this function.
     unsafe {
-        let s = group_sums(|g| xb.add(g * Q2_BYTES + 2), yb);
-        let d1 = group_d1(yb);
+        let s = group_sums(|g| {
+            (
+                q2_group_codes(xb.add(g * Q2_BYTES + 2)),
+                yb.add(2 * g * Q8_BYTES + 2),
+            )
+        });
+        let d1 = group_d1(yb, &Q2_D1);
         let mut d0_bits = [0u16; 16];
         for k in 0..8 {
             d0_bits[CHAIN_LANES[k]] = (xb.add(k * Q2_BYTES) as *const u16).read_unaligned();
@@ -173,9 +239,96 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     vec_dot_q2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[2 * done..])
 }
 
-/// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: four blocks (eight
-/// code groups) per batch through `group_sums`, then each block's four-step `sumi` and the `sumf` step in scalar
-/// code, software-pipelined like the Q2_0 kernel.
+/// The driver shared by the fork's 128-weight formats (PQ2_0, PTQ1_0): four blocks (eight 64-weight groups)
+/// per batch through `group_sums`, then each block's four-step `sumi` (the four blocks side by side in one
+/// 128-bit vector) and the `sumf` step, software-pipelined like the Q2_0 kernel. `weights(b, h)` gives half `h` of
+/// block `b`'s weights (bytes 0..=3), `d0_bits(b)` its f16 scale. Returns the running sum after `4·batches`
+/// blocks; the caller finishes the tail with its format's chain.
+///
+/// Groups are ordered so that quarter `k` of block `p` lands in lane `4k + p`: group `4h + p` is half `h` of
+/// block `p`, so `group_sums` puts its halves (quarters `2h`, `2h + 1`) in lanes `8h + p` and `8h + 4 + p`.
+///
+/// # Safety
+/// `yp` points at `16·batches` q8_0 blocks; `weights` and `d0_bits` are valid for blocks `0..4·batches`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn fork_block_batches<const FMA: bool>(
+    batches: usize,
+    yp: *const u8,
+    weights: impl Fn(usize, usize) -> __m512i,
+    d0_bits: impl Fn(usize) -> u16,
+) -> f32 {
+    static QUARTER_MAJOR: D1Tables = D1Tables::new({
+        let mut order = [0usize; 16];
+        let mut l = 0;
+        while l < 16 {
+            order[l] = 4 * (l % 4) + l / 4; // lane 4k + p: q8_0 block 4p + k
+            l += 1;
+        }
+        order
+    });
+    // SAFETY (both closures): batch k < batches covers blocks 4k..4k+4 and q8_0 blocks 16k..16k+16, inside
+    // what the caller guarantees; this function's target features cover the helpers'.
+    pipelined(
+        batches,
+        |k| unsafe {
+            let yb = yp.add(16 * k * Q8_BYTES);
+            let s = group_sums(|g| {
+                let (p, h) = (g % 4, g / 4);
+                (
+                    weights(4 * k + p, h),
+                    yb.add((4 * p + 2 * h) * Q8_BYTES + 2),
+                )
+            });
+            let d1 = group_d1(yb, &QUARTER_MAJOR);
+            let mut d0 = _mm_setzero_si128();
+            d0 = _mm_insert_epi16::<0>(d0, d0_bits(4 * k) as i32);
+            d0 = _mm_insert_epi16::<1>(d0, d0_bits(4 * k + 1) as i32);
+            d0 = _mm_insert_epi16::<2>(d0, d0_bits(4 * k + 2) as i32);
+            d0 = _mm_insert_epi16::<3>(d0, d0_bits(4 * k + 3) as i32);
+            let d0 = _mm_cvtph_ps(d0);
+            // Quarter k of the four blocks is 128-bit lane k.
+            let q = |v: __m512| {
+                (
+                    _mm512_castps512_ps128(v),
+                    _mm512_extractf32x4_ps::<1>(v),
+                    _mm512_extractf32x4_ps::<2>(v),
+                    _mm512_extractf32x4_ps::<3>(v),
+                )
+            };
+            let (s0, s1, s2, s3) = q(s);
+            let (e0, e1, e2, e3) = q(d1);
+            let sumi = if FMA {
+                let acc = _mm_fmadd_ps(e0, s0, _mm_setzero_ps());
+                let acc = _mm_fmadd_ps(e1, s1, acc);
+                let acc = _mm_fmadd_ps(e2, s2, acc);
+                _mm_fmadd_ps(e3, s3, acc)
+            } else {
+                let acc = _mm_add_ps(_mm_setzero_ps(), _mm_mul_ps(e0, s0));
+                let acc = _mm_add_ps(acc, _mm_mul_ps(e1, s1));
+                let acc = _mm_add_ps(acc, _mm_mul_ps(e2, s2));
+                _mm_add_ps(acc, _mm_mul_ps(e3, s3))
+            };
+            let (mut a, mut b) = ([0f32; 4], [0f32; 4]);
+            _mm_storeu_ps(a.as_mut_ptr(), d0);
+            _mm_storeu_ps(b.as_mut_ptr(), sumi);
+            (a, b)
+        },
+        |mut sumf, (d0, sumi): ([f32; 4], [f32; 4])| {
+            for p in 0..4 {
+                sumf = if FMA {
+                    d0[p].mul_add(sumi[p], sumf)
+                } else {
+                    sumf + d0[p] * sumi[p]
+                };
+            }
+            sumf
+        },
+    )
+}
+
+/// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: the Q2_0 code
+/// expansion on each 64-weight half, through `fork_block_batches`.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= 4 * x.len()`.
@@ -184,77 +337,106 @@ pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8
     debug_assert!(y.len() >= 4 * x.len());
     let batches = x.len() / 4;
     let xp = x.as_ptr() as *const u8;
-    let yp = y.as_ptr() as *const u8;
-    // SAFETY (both closures): batch k < batches covers blocks 4k..4k+4 of x and 16k..16k+16 of y, inside the
-    // slices; this function's target features cover the helpers'.
-    let sumf = pipelined(
-        batches,
-        |k| unsafe {
-            let (xb, yb) = (xp.add(4 * k * PQ2_BYTES), yp.add(16 * k * Q8_BYTES));
-            let s = group_sums(|g| xb.add((g / 2) * PQ2_BYTES + 2 + 16 * (g % 2)), yb);
-            (
-                s,
-                group_d1(yb),
-                [0, 1, 2, 3].map(|p| x[4 * k + p].d.to_f32()),
-            )
-        },
-        |mut sumf, (s, d1, d0): (__m512, __m512, [f32; 4])| {
-            // Each block's `sumi` in its own lane: vector k holds quarter k of blocks 0..3. Quarter k of block p is
-            // half h = k % 2 of group g = 2p + k / 2, in lane 8(g / 4) + 4h + g % 4 of `s` and `d1`.
-            let quarter = |v: __m512, k: i32| {
-                let lane = |p: i32| {
-                    let g = 2 * p + k / 2;
-                    8 * (g / 4) + 4 * (k % 2) + g % 4
-                };
-                // Register-only AVX-512F operations: safe inside this function's target features.
-                _mm512_castps512_ps128(_mm512_permutexvar_ps(
-                    _mm512_setr_epi32(
-                        lane(0),
-                        lane(1),
-                        lane(2),
-                        lane(3),
-                        0,
-                        0,
-                        0,
-                        0,
-                        0,
-                        0,
-                        0,
-                        0,
-                        0,
-                        0,
-                        0,
-                        0,
-                    ),
-                    v,
-                ))
-            };
-            // SAFETY: register-only operations, and a store into a local array.
-            let sumi = unsafe {
-                let mut acc = _mm_setzero_ps();
-                for k in 0..4 {
-                    acc = if FMA {
-                        _mm_fmadd_ps(quarter(d1, k), quarter(s, k), acc)
-                    } else {
-                        _mm_add_ps(acc, _mm_mul_ps(quarter(d1, k), quarter(s, k)))
-                    };
-                }
-                let mut lanes = [0f32; 4];
-                _mm_storeu_ps(lanes.as_mut_ptr(), acc);
-                lanes
-            };
-            for (d0p, sumip) in d0.into_iter().zip(sumi) {
-                sumf = if FMA {
-                    d0p.mul_add(sumip, sumf)
-                } else {
-                    sumf + d0p * sumip
-                };
-            }
-            sumf
-        },
-    );
+    // SAFETY: blocks 0..4·batches of x and 16·batches q8_0 blocks of y are inside the slices; each half's 16
+    // code bytes are inside its block.
+    let sumf = unsafe {
+        fork_block_batches::<FMA>(
+            batches,
+            y.as_ptr() as *const u8,
+            |b, h| q2_group_codes(xp.add(b * PQ2_BYTES + 2 + 16 * h)),
+            |b| x[b].d.to_bits(),
+        )
+    };
     let done = 4 * batches;
     vec_dot_pq2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[4 * done..])
+}
+
+/// PTQ1_0's byte permutation for half `h`: byte `p` gets packed byte `element_source(64h + p)` (0..26).
+const fn ptq1_half_perm(h: usize) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    let mut p = 0;
+    while p < 64 {
+        out[p] = element_source(64 * h + p).0 as u8;
+        p += 1;
+    }
+    out
+}
+
+/// PTQ1_0's per-word multipliers for half `h`: `ODD = false` gives `3ⁿ << 8` for the even byte of each word
+/// (`vpmullw` then leaves `(uint8)(q·3ⁿ)` in the high byte, whatever the odd byte holds); `ODD = true` gives
+/// `3ⁿ` for the odd byte, multiplied with the even byte cleared, which leaves the same in the high byte.
+const fn ptq1_half_mult<const ODD: bool>(h: usize) -> [u16; 32] {
+    let mut out = [0u16; 32];
+    let mut w = 0;
+    while w < 32 {
+        if ODD {
+            out[w] = POW3[element_source(64 * h + 2 * w + 1).1] as u16;
+        } else {
+            out[w] = (POW3[element_source(64 * h + 2 * w).1] as u16) << 8;
+        }
+        w += 1;
+    }
+    out
+}
+
+static PTQ1_PERM: [[u8; 64]; 2] = [ptq1_half_perm(0), ptq1_half_perm(1)];
+static PTQ1_MULT_EVEN: [[u16; 32]; 2] = [ptq1_half_mult::<false>(0), ptq1_half_mult::<false>(1)];
+static PTQ1_MULT_ODD: [[u16; 32]; 2] = [ptq1_half_mult::<true>(0), ptq1_half_mult::<true>(1)];
+
+/// The 64 trits (0..=2, one per byte, element order) of half `h` of the PTQ1_0 block at `b`: one masked load
+/// of the 26 packed bytes (never past the block), `vpermb` to each element's byte, `vpmullw` to `v = q·3ⁿ` in
+/// each word's high byte, `vpmulhuw` by 3 (even byte) or 768 (odd byte) for `(v·3) >> 8`, one `vpternlogd` to
+/// merge the two.
+#[inline(always)]
+unsafe fn ptq1_half_trits(b: *const u8, h: usize) -> __m512i {
+    // SAFETY (whole body): the caller guarantees a whole 28-byte block at `b`; the masked load reads bytes 0..26
+    // of it only (masked-off bytes are not accessed); the tables are 64-byte statics; features are enabled by
+    // the calling kernel.
+    unsafe {
+        let packed = _mm256_maskz_loadu_epi8(0x03ff_ffff, b as *const i8);
+        let perm = _mm512_loadu_si512(PTQ1_PERM[h].as_ptr() as *const _);
+        let x = _mm512_permutexvar_epi8(perm, _mm512_castsi256_si512(packed));
+        let high = _mm512_set1_epi16(0xff00u16 as i16);
+        let even = _mm512_mulhi_epu16(
+            _mm512_mullo_epi16(
+                x,
+                _mm512_loadu_si512(PTQ1_MULT_EVEN[h].as_ptr() as *const _),
+            ),
+            _mm512_set1_epi16(3),
+        );
+        let odd = _mm512_mulhi_epu16(
+            _mm512_mullo_epi16(
+                _mm512_and_si512(x, high),
+                _mm512_loadu_si512(PTQ1_MULT_ODD[h].as_ptr() as *const _),
+            ),
+            _mm512_set1_epi16(768),
+        );
+        // even | (odd & 0xff00): the odd trit is (v·3) >> 8 of the high byte's v, i.e. the high byte of v·3.
+        _mm512_ternarylogic_epi32::<0xf8>(even, odd, high)
+    }
+}
+
+/// `ggml_vec_dot_ptq1_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: `ptq1_half_trits`
+/// on each 64-weight half, through `fork_block_batches`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= 4 * x.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn vec_dot_ptq1_0_q8_0<const FMA: bool>(x: &[BlockPTQ1_0], y: &[BlockQ8_0]) -> f32 {
+    debug_assert!(y.len() >= 4 * x.len());
+    let batches = x.len() / 4;
+    let xp = x.as_ptr() as *const u8;
+    // SAFETY: blocks 0..4·batches of x and 16·batches q8_0 blocks of y are inside the slices.
+    let sumf = unsafe {
+        fork_block_batches::<FMA>(
+            batches,
+            y.as_ptr() as *const u8,
+            |b, h| ptq1_half_trits(xp.add(b * PTQ1_BYTES), h),
+            |b| x[b].d.to_bits(),
+        )
+    };
+    let done = 4 * batches;
+    vec_dot_ptq1_0_q8_0_from::<FMA>(sumf, &x[done..], &y[4 * done..])
 }
 
 /// `dequantize_row_q2_0`: the same expansion as the dot product, 64 floats per block.

@@ -1,0 +1,100 @@
+/*
+ * The PrismML fork's generic PTQ1_0 dot product as `formats.md` sections 3-4 specify it, written for this bench
+ * (not taken from the fork, which is not available here): per 128-weight block, the 128 trits are read in the
+ * fork's element order (a 16-byte stage then an 8-byte stage of qs, five digits each, digits outer; then qh,
+ * four digits), then four integer sums against four q8_0 blocks, `sumi += d1 * isum` for each, then
+ * `sumf += d0 * sumi`. The bench compiles it the way the fork is built on x86 (-O3 -mavx2 -mfma -mf16c).
+ */
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint8_t qs[24];
+    uint8_t qh[2];
+    uint16_t d;
+} ptq1_0_block;
+
+typedef struct {
+    uint16_t d;
+    int8_t qs[32];
+} q8_0_block;
+
+static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+
+static inline int weight_of(uint8_t byte, int digit) {
+    const uint8_t v = (uint8_t)(byte * pow3[digit]);
+    return (int)(((uint16_t)v * 3) >> 8) - 1;
+}
+
+void fork_vec_dot_ptq1_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by,
+                              int nrc) {
+    (void)bs;
+    (void)bx;
+    (void)by;
+    (void)nrc;
+    const ptq1_0_block *x = (const ptq1_0_block *)vx;
+    const q8_0_block *y = (const q8_0_block *)vy;
+    const int blocks = n / 128;
+    float sumf = 0.0f;
+    for (int i = 0; i < blocks; i++) {
+        int8_t w[128];
+        int at = 0;
+        int j = 0;
+        for (int stage = 32; stage >= 8; stage /= 2) {
+            if (j + stage > 24) {
+                continue;
+            }
+            for (int digit = 0; digit < 5; digit++) {
+                for (int m = 0; m < stage; m++) {
+                    w[at++] = (int8_t)weight_of(x[i].qs[j + m], digit);
+                }
+            }
+            j += stage;
+        }
+        for (int digit = 0; digit < 4; digit++) {
+            for (int h = 0; h < 2; h++) {
+                w[at++] = (int8_t)weight_of(x[i].qh[h], digit);
+            }
+        }
+        float sumi = 0.0f;
+        for (int k = 0; k < 4; k++) {
+            const q8_0_block *q8 = &y[4 * i + k];
+            int isum = 0;
+            for (int e = 0; e < 32; e++) {
+                isum += w[32 * k + e] * q8->qs[e];
+            }
+            sumi += _cvtsh_ss(q8->d) * (float)isum;
+        }
+        sumf += _cvtsh_ss(x[i].d) * sumi;
+    }
+    *s = sumf;
+}
+
+/* The fork's dequantize_row_ptq1_0: ((int)trit - 1) * d per weight, in the element order above. */
+void fork_dequantize_row_ptq1_0(const void *vx, float *y, int64_t k) {
+    const ptq1_0_block *x = (const ptq1_0_block *)vx;
+    const int64_t blocks = k / 128;
+    for (int64_t i = 0; i < blocks; i++) {
+        const float d = _cvtsh_ss(x[i].d);
+        float *out = y + 128 * i;
+        int at = 0;
+        int j = 0;
+        for (int stage = 32; stage >= 8; stage /= 2) {
+            if (j + stage > 24) {
+                continue;
+            }
+            for (int digit = 0; digit < 5; digit++) {
+                for (int m = 0; m < stage; m++) {
+                    out[at++] = (float)weight_of(x[i].qs[j + m], digit) * d;
+                }
+            }
+            j += stage;
+        }
+        for (int digit = 0; digit < 4; digit++) {
+            for (int h = 0; h < 2; h++) {
+                out[at++] = (float)weight_of(x[i].qh[h], digit) * d;
+            }
+        }
+    }
+}
