@@ -6,9 +6,13 @@
 //! - `vpdpbusd(c, q) − vpdpbusd(1, q)` gives sixteen dword partials of `Σ(c − 1)·q` (eight per half);
 //! - the reduction uses in-lane unpacks and two 128-bit-lane shuffles (no cross-lane index permutes), which was
 //!   the fastest of the variants measured (`docs/PERFORMANCE.md`);
-//! - scales are collected with scalar moves instead of gathers (gathers are microcoded and slow on Zen 4);
+//! - the q8_0 scales are collected with four `vpermt2w` from eight loads (gathers are microcoded and slow on
+//!   Zen 4, sixteen scalar moves cost more), the block scales with scalar moves and F16C;
 //! - the float chain follows the stock build exactly, and is software-pipelined: batch `k + 1`'s vector work is
 //!   issued before batch `k`'s sequential `sumf` steps, so the 4-cycle-per-block chain overlaps it.
+//!
+//! The fork's PQ2_0 and PTQ1_0 (128-weight blocks) share that machinery through `fork_block_batches`: PQ2_0 with
+//! the same code expansion per 64-weight half, PTQ1_0 with a trit decode (`ptq1_half_trits`).
 
 use std::arch::x86_64::*;
 
