@@ -137,6 +137,20 @@ fn bad_models_are_refused_with_one_line_and_exit_code_2() {
         &["model", "--type", "q4_0", "--out", "/tmp/x.gguf"],
         "unsupported weight type",
     );
+    // The fork's types: the pinned stock cannot load them, so e2e says so instead of failing inside llama.cpp.
+    for t in ["pq2_0", "ptq1_0"] {
+        let fork_model = dir.join(format!("{t}.gguf"));
+        let out = harness(&["model", "--type", t, "--out", fork_model.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        expect_exit_2(
+            &["e2e", "--model", fork_model.to_str().unwrap()],
+            "is a PrismML-fork type",
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

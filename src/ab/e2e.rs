@@ -27,7 +27,7 @@ pub fn check_model(model: &Path) -> Result<(), String> {
     if let Some(t) = seen.iter().find(|&&t| t == 142 || t == 143) {
         return Err(format!(
             "{}: ggml type {t} ({}) is a PrismML-fork type that the pinned stock llama.cpp cannot load; run the \
-             fork's own tools with LD_PRELOAD=libggml_lowbit.so (docs/pq2_0.md)",
+             fork's own tools with LD_PRELOAD=libggml_lowbit.so (docs/fork.md)",
             model.display(),
             if *t == 142 { "PQ2_0" } else { "PTQ1_0" }
         ));
