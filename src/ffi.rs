@@ -43,16 +43,7 @@ pub unsafe extern "C" fn ggml_vec_dot_q2_0_q8_0(
     by: usize,
     nrc: c_int,
 ) {
-    let args = VecDotArgs {
-        n,
-        s,
-        bs,
-        vx,
-        bx,
-        vy,
-        by,
-        nrc,
-    };
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
     guard("ggml_vec_dot_q2_0_q8_0", || unsafe {
         interpose::vec_dot_q2_0_q8_0(args)
@@ -98,16 +89,7 @@ pub unsafe extern "C" fn ggml_vec_dot_pq2_0_q8_0(
     by: usize,
     nrc: c_int,
 ) {
-    let args = VecDotArgs {
-        n,
-        s,
-        bs,
-        vx,
-        bx,
-        vy,
-        by,
-        nrc,
-    };
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: the fork's contract for this symbol, passed on.
     guard("ggml_vec_dot_pq2_0_q8_0", || unsafe {
         interpose::vec_dot_pq2_0_q8_0(args)
@@ -141,16 +123,7 @@ pub unsafe extern "C" fn ggml_vec_dot_ptq1_0_q8_0(
     by: usize,
     nrc: c_int,
 ) {
-    let args = VecDotArgs {
-        n,
-        s,
-        bs,
-        vx,
-        bx,
-        vy,
-        by,
-        nrc,
-    };
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: the fork's contract for this symbol, passed on.
     guard("ggml_vec_dot_ptq1_0_q8_0", || unsafe {
         interpose::vec_dot_ptq1_0_q8_0(args)

@@ -26,7 +26,6 @@ use crate::formats::q8_0::{
     quantize_block_q8_0_avx_model, quantize_block_q8_0_ref_model, BlockQ8_0,
 };
 use crate::formats::RawBlock;
-use crate::fp16::GgmlHalf;
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, VecDotFn};
 use crate::FloatOrder;
 
@@ -355,22 +354,17 @@ fn probe_order(next: &Next) -> Probe {
             let d = 0x2000 + (r % 0x1800) as u16;
             blk[p.scale_at..p.scale_at + 2].copy_from_slice(&d.to_le_bytes());
         }
-        let y: Vec<BlockQ8_0> = (0..ROW / 32)
-            .map(|_| {
-                let r = next_u64(&mut state);
-                let s = next_u64(&mut state);
-                BlockQ8_0 {
-                    d: GgmlHalf::from_bits(0x2800 + (r % 0x1400) as u16),
-                    qs: std::array::from_fn(|j| {
-                        (s.rotate_left(5 * j as u32) ^ r.rotate_right(3 * j as u32)) as i8
-                    }),
-                }
-            })
-            .collect();
-        // SAFETY: BlockQ8_0 is 34 plain bytes with alignment 1.
-        let y_bytes = unsafe { std::slice::from_raw_parts(y.as_ptr() as *const u8, y.len() * 34) };
-        let a = (p.fma_model)(&x, y_bytes);
-        let b = (p.nofma_model)(&x, y_bytes);
+        let mut y = vec![0u8; ROW / 32 * 34];
+        for blk in y.chunks_exact_mut(34) {
+            let r = next_u64(&mut state);
+            let s = next_u64(&mut state);
+            blk[..2].copy_from_slice(&(0x2800 + (r % 0x1400) as u16).to_le_bytes());
+            for (j, q) in blk[2..].iter_mut().enumerate() {
+                *q = (s.rotate_left(5 * j as u32) ^ r.rotate_right(3 * j as u32)) as u8;
+            }
+        }
+        let a = (p.fma_model)(&x, &y);
+        let b = (p.nofma_model)(&x, &y);
         if a.to_bits() == b.to_bits() {
             continue;
         }
@@ -508,6 +502,33 @@ pub struct VecDotArgs {
     pub nrc: c_int,
 }
 
+impl VecDotArgs {
+    /// The arguments in ggml's order.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn new(
+        n: c_int,
+        s: *mut f32,
+        bs: usize,
+        vx: *const c_void,
+        bx: usize,
+        vy: *const c_void,
+        by: usize,
+        nrc: c_int,
+    ) -> VecDotArgs {
+        VecDotArgs {
+            n,
+            s,
+            bs,
+            vx,
+            bx,
+            vy,
+            by,
+            nrc,
+        }
+    }
+}
+
 /// Serves one vec_dot call: `ours` computes the value; `next` is the shadowed stock symbol, if any.
 ///
 /// # Safety
@@ -588,45 +609,6 @@ unsafe fn serve_dequantize(
 }
 
 /// # Safety
-/// Ggml's contract for `ggml_vec_dot_q2_0_q8_0`.
-pub unsafe fn vec_dot_q2_0_q8_0(a: VecDotArgs) {
-    let c = config();
-    let nb = whole_blocks(a.n as i64, 64);
-    let ours = || {
-        // SAFETY: ggml's contract: `vx` holds `n/64` blocks and `vy` `n/32`.
-        unsafe {
-            c.kernels
-                .vec_dot_q2_0_q8_0(view(a.vx, nb), view(a.vy, 2 * nb))
-        }
-    };
-    // SAFETY: ggml's contract: `s` is writable and the rows hold what both implementations read.
-    unsafe { serve_vec_dot("ggml_vec_dot_q2_0_q8_0", c.next.vec_dot_q2_0_q8_0, a, ours) }
-}
-
-/// # Safety
-/// The fork's contract for `ggml_vec_dot_pq2_0_q8_0`.
-pub unsafe fn vec_dot_pq2_0_q8_0(a: VecDotArgs) {
-    let c = config();
-    let nb = whole_blocks(a.n as i64, 128);
-    let ours = || {
-        // SAFETY: the fork's contract: `vx` holds `n/128` blocks and `vy` `n/32`.
-        unsafe {
-            c.kernels
-                .vec_dot_pq2_0_q8_0(view::<BlockPQ2_0>(a.vx, nb), view(a.vy, 4 * nb))
-        }
-    };
-    // SAFETY: the fork's contract: `s` is writable and the rows hold what both implementations read.
-    unsafe {
-        serve_vec_dot(
-            "ggml_vec_dot_pq2_0_q8_0",
-            c.next.vec_dot_pq2_0_q8_0,
-            a,
-            ours,
-        )
-    }
-}
-
-/// # Safety
 /// ggml's contract for `quantize_row_q8_0`.
 pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
     let c = config();
@@ -675,20 +657,91 @@ pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
     }
 }
 
+/// Serves a `ggml_vec_dot_*_q8_0` call for a format of `B` blocks of `qk` weights (`qk / 32` q8_0 blocks each):
+/// `n/qk` whole blocks, as C's integer division.
+///
+/// # Safety
+/// ggml's (or the fork's) contract for the symbol: `vx` holds `n/qk` blocks, `vy` `n/32`, `s` is writable.
+#[inline(always)]
+unsafe fn vec_dot_rows<B: RawBlock>(
+    symbol: &str,
+    next: impl Fn(&Next) -> Option<VecDotFn>,
+    qk: usize,
+    kernel: impl Fn(&Kernels, &[B], &[BlockQ8_0]) -> f32,
+    a: VecDotArgs,
+) {
+    let c = config();
+    let nb = whole_blocks(a.n as i64, qk);
+    // SAFETY: the caller's contract: `vx` holds `nb` blocks and `vy` `nb·qk/32`.
+    let ours = || unsafe { kernel(&c.kernels, view(a.vx, nb), view(a.vy, nb * qk / 32)) };
+    // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
+    unsafe { serve_vec_dot(symbol, next(&c.next), a, ours) }
+}
+
+/// Serves a `dequantize_row_*` call for a format of `B` blocks of `qk` weights.
+///
+/// # Safety
+/// ggml's (or the fork's) contract for the symbol: `vx` holds `k/qk` blocks, `y` has room for `k` floats.
+#[inline(always)]
+unsafe fn dequantize_rows<B: RawBlock>(
+    symbol: &str,
+    next: impl Fn(&Next) -> Option<DequantizeRowFn>,
+    qk: usize,
+    kernel: impl Fn(&Kernels, &[B], &mut [f32]),
+    (vx, y, k): (*const c_void, *mut f32, i64),
+) {
+    let c = config();
+    let nb = whole_blocks(k, qk);
+    // SAFETY: the caller's contract: `vx` holds `nb` blocks, `y` has room for `k` floats.
+    unsafe {
+        let x: &[B] = view(vx, nb);
+        serve_dequantize(symbol, next(&c.next), (vx, y, k), nb * qk, |out| {
+            kernel(&c.kernels, x, out)
+        })
+    }
+}
+
+/// # Safety
+/// ggml's contract for `ggml_vec_dot_q2_0_q8_0`.
+pub unsafe fn vec_dot_q2_0_q8_0(a: VecDotArgs) {
+    // SAFETY: passed on.
+    unsafe {
+        vec_dot_rows::<BlockQ2_0>(
+            "ggml_vec_dot_q2_0_q8_0",
+            |n| n.vec_dot_q2_0_q8_0,
+            64,
+            Kernels::vec_dot_q2_0_q8_0,
+            a,
+        )
+    }
+}
+
 /// # Safety
 /// ggml's contract for `dequantize_row_q2_0`.
 pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
-    let c = config();
-    let nb = whole_blocks(k, 64);
-    // SAFETY: ggml's contract: `vx` holds `k/64` blocks, `y` has room for `k` floats.
+    // SAFETY: passed on.
     unsafe {
-        let x: &[BlockQ2_0] = view(vx, nb);
-        serve_dequantize(
+        dequantize_rows::<BlockQ2_0>(
             "dequantize_row_q2_0",
-            c.next.dequantize_row_q2_0,
+            |n| n.dequantize_row_q2_0,
+            64,
+            Kernels::dequantize_row_q2_0,
             (vx, y, k),
-            nb * 64,
-            |out| c.kernels.dequantize_row_q2_0(x, out),
+        )
+    }
+}
+
+/// # Safety
+/// The fork's contract for `ggml_vec_dot_pq2_0_q8_0`.
+pub unsafe fn vec_dot_pq2_0_q8_0(a: VecDotArgs) {
+    // SAFETY: passed on.
+    unsafe {
+        vec_dot_rows::<BlockPQ2_0>(
+            "ggml_vec_dot_pq2_0_q8_0",
+            |n| n.vec_dot_pq2_0_q8_0,
+            128,
+            Kernels::vec_dot_pq2_0_q8_0,
+            a,
         )
     }
 }
@@ -696,17 +749,14 @@ pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
 /// # Safety
 /// The fork's contract for `dequantize_row_pq2_0`.
 pub unsafe fn dequantize_row_pq2_0(vx: *const c_void, y: *mut f32, k: i64) {
-    let c = config();
-    let nb = whole_blocks(k, 128);
-    // SAFETY: the fork's contract: `vx` holds `k/128` blocks, `y` has room for `k` floats.
+    // SAFETY: passed on.
     unsafe {
-        let x: &[BlockPQ2_0] = view(vx, nb);
-        serve_dequantize(
+        dequantize_rows::<BlockPQ2_0>(
             "dequantize_row_pq2_0",
-            c.next.dequantize_row_pq2_0,
+            |n| n.dequantize_row_pq2_0,
+            128,
+            Kernels::dequantize_row_pq2_0,
             (vx, y, k),
-            nb * 128,
-            |out| c.kernels.dequantize_row_pq2_0(x, out),
         )
     }
 }
@@ -714,22 +764,14 @@ pub unsafe fn dequantize_row_pq2_0(vx: *const c_void, y: *mut f32, k: i64) {
 /// # Safety
 /// The fork's contract for `ggml_vec_dot_ptq1_0_q8_0`.
 pub unsafe fn vec_dot_ptq1_0_q8_0(a: VecDotArgs) {
-    let c = config();
-    let nb = whole_blocks(a.n as i64, 128);
-    let ours = || {
-        // SAFETY: the fork's contract: `vx` holds `n/128` blocks and `vy` `n/32`.
-        unsafe {
-            c.kernels
-                .vec_dot_ptq1_0_q8_0(view::<BlockPTQ1_0>(a.vx, nb), view(a.vy, 4 * nb))
-        }
-    };
-    // SAFETY: the fork's contract: `s` is writable and the rows hold what both implementations read.
+    // SAFETY: passed on.
     unsafe {
-        serve_vec_dot(
+        vec_dot_rows::<BlockPTQ1_0>(
             "ggml_vec_dot_ptq1_0_q8_0",
-            c.next.vec_dot_ptq1_0_q8_0,
+            |n| n.vec_dot_ptq1_0_q8_0,
+            128,
+            Kernels::vec_dot_ptq1_0_q8_0,
             a,
-            ours,
         )
     }
 }
@@ -737,17 +779,14 @@ pub unsafe fn vec_dot_ptq1_0_q8_0(a: VecDotArgs) {
 /// # Safety
 /// The fork's contract for `dequantize_row_ptq1_0`.
 pub unsafe fn dequantize_row_ptq1_0(vx: *const c_void, y: *mut f32, k: i64) {
-    let c = config();
-    let nb = whole_blocks(k, 128);
-    // SAFETY: the fork's contract: `vx` holds `k/128` blocks, `y` has room for `k` floats.
+    // SAFETY: passed on.
     unsafe {
-        let x: &[BlockPTQ1_0] = view(vx, nb);
-        serve_dequantize(
+        dequantize_rows::<BlockPTQ1_0>(
             "dequantize_row_ptq1_0",
-            c.next.dequantize_row_ptq1_0,
+            |n| n.dequantize_row_ptq1_0,
+            128,
+            Kernels::dequantize_row_ptq1_0,
             (vx, y, k),
-            nb * 128,
-            |out| c.kernels.dequantize_row_ptq1_0(x, out),
         )
     }
 }

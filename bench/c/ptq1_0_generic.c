@@ -27,6 +27,28 @@ static inline int weight_of(uint8_t byte, int digit) {
     return (int)(((uint16_t)v * 3) >> 8) - 1;
 }
 
+/* The 128 weights (-1, 0, +1) of a block in the fork's element order. */
+static inline void block_weights(const ptq1_0_block *b, int8_t w[128]) {
+    int at = 0;
+    int j = 0;
+    for (int stage = 32; stage >= 8; stage /= 2) {
+        if (j + stage > 24) {
+            continue;
+        }
+        for (int digit = 0; digit < 5; digit++) {
+            for (int m = 0; m < stage; m++) {
+                w[at++] = (int8_t)weight_of(b->qs[j + m], digit);
+            }
+        }
+        j += stage;
+    }
+    for (int digit = 0; digit < 4; digit++) {
+        for (int h = 0; h < 2; h++) {
+            w[at++] = (int8_t)weight_of(b->qh[h], digit);
+        }
+    }
+}
+
 void fork_vec_dot_ptq1_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by,
                               int nrc) {
     (void)bs;
@@ -39,24 +61,7 @@ void fork_vec_dot_ptq1_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t
     float sumf = 0.0f;
     for (int i = 0; i < blocks; i++) {
         int8_t w[128];
-        int at = 0;
-        int j = 0;
-        for (int stage = 32; stage >= 8; stage /= 2) {
-            if (j + stage > 24) {
-                continue;
-            }
-            for (int digit = 0; digit < 5; digit++) {
-                for (int m = 0; m < stage; m++) {
-                    w[at++] = (int8_t)weight_of(x[i].qs[j + m], digit);
-                }
-            }
-            j += stage;
-        }
-        for (int digit = 0; digit < 4; digit++) {
-            for (int h = 0; h < 2; h++) {
-                w[at++] = (int8_t)weight_of(x[i].qh[h], digit);
-            }
-        }
+        block_weights(&x[i], w);
         float sumi = 0.0f;
         for (int k = 0; k < 4; k++) {
             const q8_0_block *q8 = &y[4 * i + k];
@@ -77,24 +82,10 @@ void fork_dequantize_row_ptq1_0(const void *vx, float *y, int64_t k) {
     const int64_t blocks = k / 128;
     for (int64_t i = 0; i < blocks; i++) {
         const float d = _cvtsh_ss(x[i].d);
-        float *out = y + 128 * i;
-        int at = 0;
-        int j = 0;
-        for (int stage = 32; stage >= 8; stage /= 2) {
-            if (j + stage > 24) {
-                continue;
-            }
-            for (int digit = 0; digit < 5; digit++) {
-                for (int m = 0; m < stage; m++) {
-                    out[at++] = (float)weight_of(x[i].qs[j + m], digit) * d;
-                }
-            }
-            j += stage;
-        }
-        for (int digit = 0; digit < 4; digit++) {
-            for (int h = 0; h < 2; h++) {
-                out[at++] = (float)weight_of(x[i].qh[h], digit) * d;
-            }
+        int8_t w[128];
+        block_weights(&x[i], w);
+        for (int e = 0; e < 128; e++) {
+            y[128 * i + e] = (float)w[e] * d;
         }
     }
 }

@@ -607,15 +607,15 @@ struct SpeedLine {
     ratio: String,
 }
 
-/// One vec_dot timed by `speed`: symbol, weight format, shapes, ours, the baseline and its name.
-type SpeedJob = (
-    String,
-    WeightType,
-    Vec<(usize, usize)>,
-    VecDotFn,
-    VecDotFn,
-    String,
-);
+/// One vec_dot timed by `speed`: our export against a baseline, on `shapes` of `format` weights.
+struct SpeedJob {
+    symbol: &'static str,
+    format: WeightType,
+    shapes: Vec<(usize, usize)>,
+    ours: VecDotFn,
+    baseline: VecDotFn,
+    baseline_name: String,
+}
 
 /// One of our vec_dot exports from the loaded library.
 fn lookup_vec_dot(lib: &libloading::Library, symbol: &str) -> Result<VecDotFn> {
@@ -716,14 +716,14 @@ fn cmd_speed(
     );
     let mut jobs: Vec<SpeedJob> = Vec::new();
     if wants("ggml_vec_dot_q2_0_q8_0") {
-        jobs.push((
-            "ggml_vec_dot_q2_0_q8_0".into(),
-            WeightType::Q2_0,
-            shapes.clone(),
-            ours.vec_dot_q2_0_q8_0,
-            st.vec_dot_q2_0_q8_0,
-            stock_name.clone(),
-        ));
+        jobs.push(SpeedJob {
+            symbol: "ggml_vec_dot_q2_0_q8_0",
+            format: WeightType::Q2_0,
+            shapes: shapes.clone(),
+            ours: ours.vec_dot_q2_0_q8_0,
+            baseline: st.vec_dot_q2_0_q8_0,
+            baseline_name: stock_name.clone(),
+        });
     }
     for (symbol, format) in fork_wanted {
         let (weights, _) = format.block();
@@ -733,28 +733,28 @@ fn cmd_speed(
             ));
         }
         let reference = fork.as_ref().expect("built above");
-        let (mine, base) = match format {
-            WeightType::Pq2_0 => (lookup_vec_dot(&ours_lib, symbol)?, reference.vec_dot_pq2_0),
-            _ => (lookup_vec_dot(&ours_lib, symbol)?, reference.vec_dot_ptq1_0),
-        };
-        jobs.push((
-            symbol.into(),
+        jobs.push(SpeedJob {
+            symbol,
             format,
-            fork_shapes.clone(),
-            mine,
-            base,
-            fork_name.clone(),
-        ));
+            shapes: fork_shapes.clone(),
+            ours: lookup_vec_dot(&ours_lib, symbol)?,
+            baseline: if format == WeightType::Pq2_0 {
+                reference.vec_dot_pq2_0
+            } else {
+                reference.vec_dot_ptq1_0
+            },
+            baseline_name: fork_name.clone(),
+        });
     }
-    let total: usize = jobs.iter().map(|j| j.2.len() * threads.len()).sum();
+    let total: usize = jobs.iter().map(|j| j.shapes.len() * threads.len()).sum();
     let bar = ProgressBar::new(total as u64).with_message("speed");
-    for (symbol, format, job_shapes, mine, base, baseline) in &jobs {
-        for &(r, c) in job_shapes {
-            let m = MatVec::new(*format, r, c, 42);
+    for job in &jobs {
+        for &(r, c) in &job.shapes {
+            let m = MatVec::new(job.format, r, c, 42);
             for &t in &threads {
-                bar.set_message(format!("speed {symbol} {r}x{c}, {t} thread(s)"));
-                let mut row = speed::time_vec_dot(symbol, &m, *mine, *base, t, reps)?;
-                row.baseline = baseline.clone();
+                bar.set_message(format!("speed {} {r}x{c}, {t} thread(s)", job.symbol));
+                let mut row = speed::time_vec_dot(job.symbol, &m, job.ours, job.baseline, t, reps)?;
+                row.baseline = job.baseline_name.clone();
                 rows.push(row);
                 bar.inc(1);
             }

@@ -188,68 +188,63 @@ mod tests {
         }
     }
 
-    /// PQ2_0 (no stock build to compare with: the fork is not available): the SIMD kernels against the scalar
-    /// models written from the specification, 200,000 cases per float order and instruction set, rows of 1..12
-    /// blocks (every tail of the 2- and 4-block batches), every byte value in every code position, q8 = −128,
-    /// special f16 scales.
-    #[test]
-    fn pq2_0_kernels_match_the_models() {
-        use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_model, BlockPQ2_0};
-        let specials = [
-            0x0000u16, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
-        ];
-        let mut rng = SmallRng::seed_from_u64(5);
+    /// The f16 scales the fork-format tests mix in: ±0, subnormals, ±65504, ±Inf, NaNs.
+    const SPECIAL_SCALES: [u16; 10] = [
+        0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
+    ];
+
+    /// A special scale one time in 40, else an ordinary one (about 0.008 to 0.9).
+    fn test_scale(rng: &mut SmallRng) -> GgmlHalf {
+        GgmlHalf::from_bits(if rng.gen_ratio(1, 40) {
+            SPECIAL_SCALES[rng.gen_range(0..SPECIAL_SCALES.len())]
+        } else {
+            0x2000 + rng.gen_range(0..0x1c00)
+        })
+    }
+
+    /// The shared loop of the fork formats' tests: 200,000 rows of 1..12 blocks (every tail of the 2- and 4-block
+    /// batches) per float order and SIMD instruction set, `block(rng, case, b)` making block `b` of row `case`,
+    /// against four q8_0 blocks per block (all −128 in every seventh row) with `test_scale` scales. The kernel
+    /// must give the model's bits; two NaNs count as equal and are counted.
+    fn fork_kernels_match_the_models<B>(
+        name: &str,
+        seed: u64,
+        block: impl Fn(&mut SmallRng, usize, usize) -> B,
+        model: fn(FloatOrder, &[B], &[BlockQ8_0]) -> f32,
+        kernel: fn(&Kernels, &[B], &[BlockQ8_0]) -> f32,
+    ) {
+        let mut rng = SmallRng::seed_from_u64(seed);
         for order in FloatOrder::ALL {
             for k in simd_kernels(order) {
-                let (mut nan_pairs, mut cases) = (0, 0);
+                let mut nan_pairs = 0;
                 for case in 0..200_000usize {
                     let nb = 1 + case % 12;
-                    let scale = |rng: &mut SmallRng| {
-                        if rng.gen_ratio(1, 40) {
-                            specials[rng.gen_range(0..specials.len())]
-                        } else {
-                            0x2000 + rng.gen_range(0..0x1c00)
-                        }
-                    };
-                    let x: Vec<BlockPQ2_0> = (0..nb)
-                        .map(|b| BlockPQ2_0 {
-                            d: GgmlHalf::from_bits(scale(&mut rng)),
-                            qs: std::array::from_fn(|j| match case % 4 {
-                                0 => ((case / 4 + 7 * b + 31 * j) % 256) as u8,
-                                1 => 0xff,
-                                _ => rng.gen(),
-                            }),
-                        })
-                        .collect();
+                    let x: Vec<B> = (0..nb).map(|b| block(&mut rng, case, b)).collect();
                     let y: Vec<BlockQ8_0> = (0..4 * nb)
                         .map(|_| {
-                            let mut qs = [0i8; 32];
-                            if case % 7 == 0 {
-                                qs = [-128; 32];
-                            } else {
+                            let mut qs = [-128i8; 32];
+                            if case % 7 != 0 {
                                 rng.fill(&mut qs[..]);
                             }
                             BlockQ8_0 {
-                                d: GgmlHalf::from_bits(scale(&mut rng)),
+                                d: test_scale(&mut rng),
                                 qs,
                             }
                         })
                         .collect();
-                    let want = vec_dot_pq2_0_q8_0_model(order, &x, &y);
-                    let got = k.vec_dot_pq2_0_q8_0(&x, &y);
-                    cases += 1;
+                    let (want, got) = (model(order, &x, &y), kernel(&k, &x, &y));
+                    assert!(
+                        same(got, want),
+                        "{name} {:?} {} case {case}: {got} vs {want}",
+                        k.isa,
+                        order.name()
+                    );
                     if got.to_bits() != want.to_bits() {
-                        assert!(
-                            got.is_nan() && want.is_nan(),
-                            "{:?} {} case {case}: {got} vs {want}",
-                            k.isa,
-                            order.name()
-                        );
                         nan_pairs += 1;
                     }
                 }
                 eprintln!(
-                    "pq2_0 {:?} {}: {cases} cases, {nan_pairs} NaN pairs",
+                    "{name} {:?} {}: 200000 cases, {nan_pairs} NaN pairs",
                     k.isa,
                     order.name()
                 );
@@ -257,77 +252,54 @@ mod tests {
         }
     }
 
-    /// PTQ1_0: the SIMD kernels against the scalar models written from the specification, 200,000 cases per
-    /// float order and instruction set: rows of 1..12 blocks (every tail of the 2- and 4-block batches); every
-    /// byte value 0..=255 in every one of the 26 packed positions (cases cycle through them), bytes 243..=255
-    /// that no quantizer writes, q8 = −128, special f16 scales (zero, subnormal, huge, ±Inf, NaN).
+    /// PQ2_0 (no stock build to compare with: the fork is not available): the SIMD kernels against the scalar
+    /// models written from the specification; every byte value in every code position, all-code-3 rows.
+    #[test]
+    fn pq2_0_kernels_match_the_models() {
+        use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_model, BlockPQ2_0};
+        fork_kernels_match_the_models(
+            "pq2_0",
+            5,
+            |rng, case, b| BlockPQ2_0 {
+                d: test_scale(rng),
+                qs: std::array::from_fn(|j| match case % 4 {
+                    0 => ((case / 4 + 7 * b + 31 * j) % 256) as u8,
+                    1 => 0xff,
+                    _ => rng.gen(),
+                }),
+            },
+            vec_dot_pq2_0_q8_0_model,
+            Kernels::vec_dot_pq2_0_q8_0,
+        );
+    }
+
+    /// PTQ1_0: the SIMD kernels against the scalar models written from the specification; every byte value
+    /// 0..=255 in every one of the 26 packed positions (cases cycle through them), rows of bytes 243..=255 that no
+    /// quantizer writes.
     #[test]
     fn ptq1_0_kernels_match_the_models() {
         use crate::formats::ptq1_0::{vec_dot_ptq1_0_q8_0_model, BlockPTQ1_0};
-        let specials = [
-            0x0000u16, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
-        ];
-        let mut rng = SmallRng::seed_from_u64(6);
-        for order in FloatOrder::ALL {
-            for k in simd_kernels(order) {
-                let (mut nan_pairs, mut cases) = (0, 0);
-                for case in 0..200_000usize {
-                    let nb = 1 + case % 12;
-                    let scale = |rng: &mut SmallRng| {
-                        if rng.gen_ratio(1, 40) {
-                            specials[rng.gen_range(0..specials.len())]
-                        } else {
-                            0x2000 + rng.gen_range(0..0x1c00)
-                        }
-                    };
-                    // Every (position, value) pair over the first 26·256 cases of each kind.
-                    let (pos, value) = ((case / 256) % 26, (case % 256) as u8);
-                    let x: Vec<BlockPTQ1_0> = (0..nb)
-                        .map(|_| {
-                            let mut packed: [u8; 26] = match case % 5 {
-                                0 => [value; 26],
-                                1 => std::array::from_fn(|_| rng.gen_range(243..=255)),
-                                _ => std::array::from_fn(|_| rng.gen()),
-                            };
-                            packed[pos] = value;
-                            BlockPTQ1_0 {
-                                qs: packed[..24].try_into().expect("24"),
-                                qh: [packed[24], packed[25]],
-                                d: GgmlHalf::from_bits(scale(&mut rng)),
-                            }
-                        })
-                        .collect();
-                    let y: Vec<BlockQ8_0> = (0..4 * nb)
-                        .map(|_| {
-                            let mut qs = [0i8; 32];
-                            if case % 7 == 0 {
-                                qs = [-128; 32];
-                            } else {
-                                rng.fill(&mut qs[..]);
-                            }
-                            BlockQ8_0 {
-                                d: GgmlHalf::from_bits(scale(&mut rng)),
-                                qs,
-                            }
-                        })
-                        .collect();
-                    let want = vec_dot_ptq1_0_q8_0_model(order, &x, &y);
-                    let got = k.vec_dot_ptq1_0_q8_0(&x, &y);
-                    cases += 1;
-                    if !same(got, want) {
-                        panic!("{:?} {} case {case}: {got} vs {want}", k.isa, order.name());
-                    }
-                    if got.to_bits() != want.to_bits() {
-                        nan_pairs += 1;
-                    }
+        fork_kernels_match_the_models(
+            "ptq1_0",
+            6,
+            |rng, case, _| {
+                // Every (position, value) pair within each run of 26·256 cases.
+                let (pos, value) = ((case / 256) % 26, (case % 256) as u8);
+                let mut packed: [u8; 26] = match case % 5 {
+                    0 => [value; 26],
+                    1 => std::array::from_fn(|_| rng.gen_range(243..=255)),
+                    _ => std::array::from_fn(|_| rng.gen()),
+                };
+                packed[pos] = value;
+                BlockPTQ1_0 {
+                    qs: packed[..24].try_into().expect("24"),
+                    qh: [packed[24], packed[25]],
+                    d: test_scale(rng),
                 }
-                eprintln!(
-                    "ptq1_0 {:?} {}: {cases} cases, {nan_pairs} NaN pairs",
-                    k.isa,
-                    order.name()
-                );
-            }
-        }
+            },
+            vec_dot_ptq1_0_q8_0_model,
+            Kernels::vec_dot_ptq1_0_q8_0,
+        );
     }
 
     /// A single trit in each element position, with a q8 row that is zero except at that element: the kernel's
