@@ -112,6 +112,39 @@ void ggml_vec_dot_ptq1_0_q8_0(int n,
 void dequantize_row_ptq1_0(const void *vx, float *y, int64_t k);
 
 /*
+ Whole products: `s[c·bs + r] = Σ` of Q2_0 row `r` (at `vx + r·bx`, `n/64` blocks) against q8_0 column `c`
+ (at `vy + c·by`, `n/32` blocks), for `r < nrows`, `c < ncols`, every element with the bits of
+ `ggml_vec_dot_q2_0_q8_0` on that pair (same float order, chosen the same way). Strides as ggml's: `bs` in
+ floats, `bx` and `by` in bytes. Always our kernels (there is no stock symbol to pass to).
+
+ `n` not a multiple of 64 ignores the tail, `n ≤ 0` writes zeros, `nrows` or `ncols ≤ 0` writes nothing.
+ A stride that is not a whole number of blocks, or shorter than a row (`bs < nrows` with several columns),
+ aborts with a message.
+
+ # Safety
+ Rows, columns and the output hold what the arguments describe.
+ */
+void ggml_lowbit_mul_mat_q2_0_q8_0(int n,
+                                   float *s,
+                                   size_t bs,
+                                   const void *vx,
+                                   size_t bx,
+                                   const void *vy,
+                                   size_t by,
+                                   int nrows,
+                                   int ncols);
+
+/*
+ ggml-cpu's hook at the start of every MUL_MAT (`hook.rs`): takes over Q2_0 products with the tile kernels
+ when preloaded over a ggml it knows, and passes everything else to the real function. Not for direct calls.
+
+ # Safety
+ ggml's contract: `params` is ggml-cpu's `struct ggml_compute_params`, `dst` a MUL_MAT tensor.
+ */
+bool ggml_compute_forward_mul_mat_tiled(const void *params,
+                                        void *dst);
+
+/*
  The instruction set the library runs on: a static NUL-terminated string (`"scalar"`, `"avx2"`, `"avx512"`).
  */
 const char *ggml_lowbit_isa(void);

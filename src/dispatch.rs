@@ -1,6 +1,6 @@
 //! The one dispatcher: which instruction set and which stock float order every export uses, decided once.
 //!
-//! - Instruction set: the best this CPU has (`Avx512` needs F/BW/VL/VNNI/VBMI plus AVX2/FMA/F16C, `Avx2` needs
+//! - Instruction set: the best this CPU has (`Avx512` needs F/BW/VL/VNNI/VBMI and GFNI plus AVX2/FMA/F16C, `Avx2` needs
 //!   AVX2/FMA/F16C), capped by `GGML_LOWBIT_ISA=scalar|avx2|avx512` (a cap never raises it past the CPU).
 //! - Float order: `GGML_LOWBIT_MATCH=haswell|x64` if set; else, in front of a stock ggml, what a probe of the
 //!   stock symbols shows (`interpose.rs`); else the build a release llama.cpp would load on this CPU
@@ -15,6 +15,7 @@ use crate::formats::pq2_0::{self, BlockPQ2_0};
 use crate::formats::ptq1_0::{self, BlockPTQ1_0};
 use crate::formats::q2_0::{self, BlockQ2_0};
 use crate::formats::q8_0::{self, BlockQ8_0};
+use crate::tiles::{mul_mat_by_pairs, Emit, Rows};
 use crate::FloatOrder;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -53,7 +54,8 @@ pub fn detected_isa() -> Isa {
                 && has!("avx512bw")
                 && has!("avx512vl")
                 && has!("avx512vnni")
-                && has!("avx512vbmi");
+                && has!("avx512vbmi")
+                && has!("gfni");
             if avx512 {
                 return Isa::Avx512;
             }
@@ -88,6 +90,7 @@ pub struct Kernels {
     dequantize_row_q2_0: unsafe fn(&[BlockQ2_0], &mut [f32]),
     vec_dot_pq2_0_q8_0: unsafe fn(&[BlockPQ2_0], &[BlockQ8_0]) -> f32,
     vec_dot_ptq1_0_q8_0: unsafe fn(&[BlockPTQ1_0], &[BlockQ8_0]) -> f32,
+    mul_mat_q2_0_q8_0: unsafe fn(Rows<'_, BlockQ2_0>, Rows<'_, BlockQ8_0>, Emit<'_>),
 }
 
 impl Kernels {
@@ -124,6 +127,11 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_ptq1_0_q8_0::<false>
                         },
+                        mul_mat_q2_0_q8_0: if haswell {
+                            avx512::mul_mat_q2_0_q8_0::<true>
+                        } else {
+                            avx512::mul_mat_q2_0_q8_0::<false>
+                        },
                     }
                 }
                 Isa::Avx2 => {
@@ -150,6 +158,11 @@ impl Kernels {
                             avx2::vec_dot_ptq1_0_q8_0::<true>
                         } else {
                             avx2::vec_dot_ptq1_0_q8_0::<false>
+                        },
+                        mul_mat_q2_0_q8_0: if haswell {
+                            avx2::mul_mat_q2_0_q8_0::<true>
+                        } else {
+                            avx2::mul_mat_q2_0_q8_0::<false>
                         },
                     }
                 }
@@ -180,6 +193,11 @@ impl Kernels {
             } else {
                 ptq1_0::vec_dot_ptq1_0_q8_0_nofma_model
             },
+            mul_mat_q2_0_q8_0: if haswell {
+                scalar_mul_mat_q2_0::<true>
+            } else {
+                scalar_mul_mat_q2_0::<false>
+            },
         }
     }
 
@@ -196,6 +214,22 @@ impl Kernels {
         assert!(y.len() >= x.len() / q8_0::QK8_0, "q8_0 output too short");
         // SAFETY: as above.
         unsafe { (self.quantize_row_q8_0)(x, y) }
+    }
+
+    /// `W · Y`: `emit(r, c, v)` for every row `r` of `x` and column `c` of `y`, `v` with the bits of
+    /// `vec_dot_q2_0_q8_0(x.row(r), y.row(c))` (`tiles.rs`).
+    pub fn mul_mat_q2_0_q8_0(
+        &self,
+        x: Rows<'_, BlockQ2_0>,
+        y: Rows<'_, BlockQ8_0>,
+        emit: Emit<'_>,
+    ) {
+        assert!(
+            y.nb() >= 2 * x.nb(),
+            "q8_0 columns shorter than the Q2_0 rows"
+        );
+        // SAFETY: as `vec_dot_q2_0_q8_0`.
+        unsafe { (self.mul_mat_q2_0_q8_0)(x, y, emit) }
     }
 
     pub fn dequantize_row_q2_0(&self, x: &[BlockQ2_0], y: &mut [f32]) {
@@ -240,6 +274,19 @@ impl Kernels {
         );
         ptq1_0::dequantize_row_ptq1_0_model(x, y)
     }
+}
+
+fn scalar_mul_mat_q2_0<const FMA: bool>(
+    x: Rows<'_, BlockQ2_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    mul_mat_by_pairs(
+        |x, y| q2_0::vec_dot_q2_0_q8_0_from::<FMA>(0.0, x, y),
+        x,
+        y,
+        emit,
+    )
 }
 
 fn scalar_quantize_haswell(x: &[f32], y: &mut [BlockQ8_0]) {

@@ -142,6 +142,62 @@ pub unsafe extern "C" fn dequantize_row_ptq1_0(vx: *const c_void, y: *mut f32, k
     })
 }
 
+/// Whole products: `s[c·bs + r] = Σ` of Q2_0 row `r` (at `vx + r·bx`, `n/64` blocks) against q8_0 column `c`
+/// (at `vy + c·by`, `n/32` blocks), for `r < nrows`, `c < ncols`, every element with the bits of
+/// `ggml_vec_dot_q2_0_q8_0` on that pair (same float order, chosen the same way). Strides as ggml's: `bs` in
+/// floats, `bx` and `by` in bytes. Always our kernels (there is no stock symbol to pass to).
+///
+/// `n` not a multiple of 64 ignores the tail, `n ≤ 0` writes zeros, `nrows` or `ncols ≤ 0` writes nothing.
+/// A stride that is not a whole number of blocks, or shorter than a row (`bs < nrows` with several columns),
+/// aborts with a message.
+///
+/// # Safety
+/// Rows, columns and the output hold what the arguments describe.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_mul_mat_q2_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrows: c_int,
+    ncols: c_int,
+) {
+    let args = interpose::MulMatArgs {
+        n,
+        s,
+        bs,
+        vx,
+        bx,
+        vy,
+        by,
+        nrows,
+        ncols,
+    };
+    // SAFETY: the contract above, passed on.
+    guard("ggml_lowbit_mul_mat_q2_0_q8_0", || unsafe {
+        interpose::mul_mat_q2_0_q8_0(args)
+    })
+}
+
+/// ggml-cpu's hook at the start of every MUL_MAT (`hook.rs`): takes over Q2_0 products with the tile kernels
+/// when preloaded over a ggml it knows, and passes everything else to the real function. Not for direct calls.
+///
+/// # Safety
+/// ggml's contract: `params` is ggml-cpu's `struct ggml_compute_params`, `dst` a MUL_MAT tensor.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_compute_forward_mul_mat_tiled(
+    params: *const c_void,
+    dst: *mut c_void,
+) -> bool {
+    // SAFETY: ggml's contract, passed on.
+    guard("ggml_compute_forward_mul_mat_tiled", || unsafe {
+        crate::hook::mul_mat_tiled(params as *const _, dst as *mut _)
+    })
+}
+
 /// The instruction set the library runs on: a static NUL-terminated string (`"scalar"`, `"avx2"`, `"avx512"`).
 #[no_mangle]
 pub extern "C" fn ggml_lowbit_isa() -> *const c_char {

@@ -58,8 +58,8 @@ pub struct Config {
     pub kernels: Kernels,
 }
 
-/// `dlsym(RTLD_NEXT, name)`, ignoring a hit on our own definition.
-fn next_symbol<T: Copy>(name: &std::ffi::CStr, ours: usize) -> Option<T> {
+/// `dlsym(RTLD_NEXT, name)`, ignoring a hit on our own definition (`ours`, 0 for a symbol we do not define).
+pub(crate) fn next_symbol<T: Copy>(name: &std::ffi::CStr, ours: usize) -> Option<T> {
     // SAFETY: dlsym with a NUL-terminated name has no other precondition.
     let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
     if p.is_null() || p as usize == ours {
@@ -429,6 +429,12 @@ fn probe_order(next: &Next) -> Probe {
     }
 }
 
+/// Counts one call served by our kernels (for the exit summary under `GGML_LOWBIT_LOG`).
+#[inline(always)]
+pub(crate) fn count_served() {
+    count(&SERVED, config());
+}
+
 #[inline(always)]
 fn count(c: &Counter, config: &Config) {
     if config.log || matches!(config.mode, Mode::Verify { .. }) {
@@ -789,4 +795,75 @@ pub unsafe fn dequantize_row_ptq1_0(vx: *const c_void, y: *mut f32, k: i64) {
             (vx, y, k),
         )
     }
+}
+
+/// The arguments of `ggml_lowbit_mul_mat_q2_0_q8_0` (vec_dot's, plus the row and column counts).
+#[derive(Clone, Copy)]
+pub struct MulMatArgs {
+    pub n: c_int,
+    pub s: *mut f32,
+    pub bs: usize,
+    pub vx: *const c_void,
+    pub bx: usize,
+    pub vy: *const c_void,
+    pub by: usize,
+    pub nrows: c_int,
+    pub ncols: c_int,
+}
+
+/// The stride of `count` rows in whole blocks of `block` bytes, each row `nb` blocks: `bytes` must be a multiple
+/// of `block` and hold a row; a single row needs no stride.
+fn block_stride(what: &str, bytes: usize, block: usize, nb: usize, count: usize) -> usize {
+    if count <= 1 {
+        return nb;
+    }
+    if !bytes.is_multiple_of(block) || bytes / block < nb {
+        crate::ffi::fatal(&format!(
+            "ggml_lowbit_mul_mat_q2_0_q8_0: {what} = {bytes} is not a whole number of {block}-byte blocks \
+             holding a row of {nb}"
+        ));
+    }
+    bytes / block
+}
+
+/// Serves `ggml_lowbit_mul_mat_q2_0_q8_0` with the tile kernels (see its documentation in `ffi.rs`).
+///
+/// # Safety
+/// The C contract: rows, columns and outputs hold what the arguments describe.
+pub unsafe fn mul_mat_q2_0_q8_0(a: MulMatArgs) {
+    if a.nrows <= 0 || a.ncols <= 0 {
+        return;
+    }
+    let (rows, cols) = (a.nrows as usize, a.ncols as usize);
+    if cols > 1 && a.bs < rows {
+        crate::ffi::fatal(&format!(
+            "ggml_lowbit_mul_mat_q2_0_q8_0: bs = {} floats is shorter than a column of {rows}",
+            a.bs
+        ));
+    }
+    let nb = whole_blocks(a.n as i64, 64);
+    let out = |r: usize, c: usize, v: f32| {
+        // SAFETY: element (r, c) of the output the caller described.
+        unsafe { *a.s.add(c * a.bs + r) = v }
+    };
+    if nb == 0 {
+        (0..cols).for_each(|c| (0..rows).for_each(|r| out(r, c, 0.0)));
+        return;
+    }
+    let xs = block_stride("bx", a.bx, 18, nb, rows);
+    let ys = block_stride("by", a.by, 34, 2 * nb, cols);
+    // SAFETY: the caller's contract: `rows` rows of `nb` blocks `xs` apart, `cols` columns of `2·nb` blocks `ys`
+    // apart.
+    let (x, y) = unsafe {
+        (
+            view::<BlockQ2_0>(a.vx, (rows - 1) * xs + nb),
+            view::<BlockQ8_0>(a.vy, (cols - 1) * ys + 2 * nb),
+        )
+    };
+    let x = crate::tiles::Rows::new(x, nb, xs, rows).expect("sized from the strides");
+    let y = crate::tiles::Rows::new(y, 2 * nb, ys, cols).expect("sized from the strides");
+    count(&SERVED, config());
+    config()
+        .kernels
+        .mul_mat_q2_0_q8_0(x, y, &mut |r, c, v| out(r, c, v));
 }

@@ -12,9 +12,11 @@ pub mod ffi;
 pub mod formats;
 pub mod fp16;
 pub mod gguf;
+pub mod hook;
 pub mod interpose;
 pub mod model;
 pub mod stock;
+pub mod tiles;
 
 /// Hash of the sources this library was built from (see `build.rs`).
 pub const SOURCE_HASH: &str = env!("GGML_LOWBIT_SOURCE_HASH");

@@ -1,5 +1,7 @@
 //! Tier 3, whole models: a synthetic tiny Q2_0 model run through the stock llama.cpp tools of both builds with
-//! and without the preload (`ggml-lowbit-ab e2e`): identical greedy text and identical perplexity per chunk.
+//! and without the preload (`ggml-lowbit-ab e2e`), the preload with the vec_dot exports only and with the
+//! `mul_mat` hook: identical greedy text and identical perplexity per chunk, at micro-batch sizes 1, 7, 8, 33
+//! and 128 (decode, small and large prefill) and with 1 and 2 threads.
 //! Also the model generator's determinism and the bad-input contract of `model` and `e2e`.
 
 use std::path::PathBuf;
@@ -52,16 +54,18 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every
         "--no-bench",
         "--threads",
         "2",
+        "--ubatch",
+        "1,7,8,33,128",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "e2e reported a difference");
     assert_eq!(stdout.matches("identical text").count(), 3, "{stdout}");
     assert_eq!(
         stdout.matches("identical per-chunk values").count(),
-        3,
+        15,
         "{stdout}"
     );
-    assert!(stdout.contains("calls to ggml-lowbit"));
+    assert!(stdout.contains(" calls)"));
     // One thread too: a different split of the work must give the same bits.
     let out = harness(&[
         "e2e",
@@ -70,8 +74,16 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every
         "--no-bench",
         "--threads",
         "1",
+        "--ubatch",
+        "1,7,33",
     ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
+    assert_eq!(
+        stdout.matches("identical per-chunk values").count(),
+        3,
+        "{stdout}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -189,7 +201,10 @@ fn backend_dl_build_gives_identical_outputs_and_the_probe_finds_the_dlopened_bac
         &tools,
         "llama-completion",
         &e2e::completion_args(&model, 1, 4),
-        Some(&lib),
+        Some(e2e::Preload {
+            lib: &lib,
+            env: e2e::WITH_HOOK,
+        }),
         false,
     )
     .expect("llama-completion under the preload");
@@ -200,5 +215,6 @@ fn backend_dl_build_gives_identical_outputs_and_the_probe_finds_the_dlopened_bac
         run.stderr
     );
     assert!(e2e::served_calls(&run) > 0);
+    assert!(e2e::hook_on(&run), "{}", run.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }

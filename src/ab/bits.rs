@@ -6,7 +6,7 @@
 //! count is reported). Output buffers carry a sentinel past the last whole block, compared too, so writing past
 //! what stock writes is a mismatch.
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 
 use rand::Rng;
 
@@ -16,11 +16,26 @@ use crate::formats::{blocks, blocks_mut};
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, StockLib, VecDotFn};
 use crate::FloatOrder;
 
-pub const SYMBOLS: [&str; 3] = [
+pub const SYMBOLS: [&str; 4] = [
     "ggml_vec_dot_q2_0_q8_0",
     "quantize_row_q8_0",
     "dequantize_row_q2_0",
+    "ggml_lowbit_mul_mat_q2_0_q8_0",
 ];
+
+/// `ggml_lowbit_mul_mat_q2_0_q8_0`: our tile export (stock has none: its reference is one stock vec_dot per
+/// element).
+pub type MulMatFn = unsafe extern "C" fn(
+    c_int,
+    *mut f32,
+    usize,
+    *const c_void,
+    usize,
+    *const c_void,
+    usize,
+    c_int,
+    c_int,
+);
 
 /// C-ABI entry points of one implementation.
 #[derive(Clone, Copy)]
@@ -28,6 +43,8 @@ pub struct CSymbols {
     pub vec_dot_q2_0_q8_0: VecDotFn,
     pub quantize_row_q8_0: QuantizeRowFn,
     pub dequantize_row_q2_0: DequantizeRowFn,
+    /// Ours only.
+    pub mul_mat_q2_0_q8_0: Option<MulMatFn>,
 }
 
 impl CSymbols {
@@ -36,6 +53,7 @@ impl CSymbols {
             vec_dot_q2_0_q8_0: stock.vec_dot("ggml_vec_dot_q2_0_q8_0")?,
             quantize_row_q8_0: stock.quantize_row("quantize_row_q8_0")?,
             dequantize_row_q2_0: stock.dequantize_row("dequantize_row_q2_0")?,
+            mul_mat_q2_0_q8_0: None,
         })
     }
 
@@ -53,6 +71,10 @@ impl CSymbols {
                 dequantize_row_q2_0: *lib
                     .get::<DequantizeRowFn>(b"dequantize_row_q2_0\0")
                     .map_err(|e| e.to_string())?,
+                mul_mat_q2_0_q8_0: Some(
+                    *lib.get::<MulMatFn>(b"ggml_lowbit_mul_mat_q2_0_q8_0\0")
+                        .map_err(|e| e.to_string())?,
+                ),
             })
         }
     }
@@ -111,6 +133,54 @@ impl Subject {
                 (symbols.dequantize_row_q2_0)(x.as_ptr() as *const c_void, y.as_mut_ptr(), k)
             },
         }
+    }
+}
+
+/// The shape of one mul_mat case: `rows` Q2_0 rows of `nb` blocks `xs` blocks apart, `cols` q8_0 columns
+/// `ys` blocks apart, outputs `bs` floats apart.
+#[derive(Clone, Copy, Debug)]
+struct MulMatShape {
+    nb: usize,
+    rows: usize,
+    cols: usize,
+    xs: usize,
+    ys: usize,
+    bs: usize,
+}
+
+impl Subject {
+    /// `ggml_lowbit_mul_mat_q2_0_q8_0` on `x` and `y` laid out as `shape`; the output with its sentinel gaps.
+    fn mul_mat(&self, sh: MulMatShape, x: &[u8], y: &[u8]) -> Vec<f32> {
+        let mut out = vec![f32::from_bits(0x7fa5_a5a5); sh.cols * sh.bs];
+        match self {
+            Subject::Kernels(k) => {
+                let xr =
+                    crate::tiles::Rows::new(blocks(x), sh.nb, sh.xs, sh.rows).expect("case sizes");
+                let yr = crate::tiles::Rows::new(blocks(y), 2 * sh.nb, sh.ys, sh.cols)
+                    .expect("case sizes");
+                k.mul_mat_q2_0_q8_0(xr, yr, &mut |r, c, v| out[c * sh.bs + r] = v);
+            }
+            Subject::C { symbols, .. } => {
+                let f = symbols
+                    .mul_mat_q2_0_q8_0
+                    .expect("our library exports the tile API");
+                // SAFETY: the buffers hold the rows, columns and outputs the shape describes.
+                unsafe {
+                    f(
+                        (64 * sh.nb) as c_int,
+                        out.as_mut_ptr(),
+                        sh.bs,
+                        x.as_ptr() as *const c_void,
+                        sh.xs * Q2_0_BYTES,
+                        y.as_ptr() as *const c_void,
+                        sh.ys * Q8_0_BYTES,
+                        sh.rows as c_int,
+                        sh.cols as c_int,
+                    )
+                };
+            }
+        }
+        out
     }
 }
 
@@ -239,6 +309,57 @@ pub fn run(
                         "case {case}: n={n}: ours {got:e} ({:#010x}) stock {want:e} ({:#010x})",
                         got.to_bits(),
                         want.to_bits()
+                    )
+                });
+            }
+        }
+        // ggml_lowbit_mul_mat_q2_0_q8_0, every fourth case: every element against stock's vec_dot on its pair,
+        // with row tails (1..=9 rows), several columns, strides with gaps and gaps between output columns.
+        if case % 4 == 0 {
+            let nb = gen.row_blocks(64).min(48);
+            let rows = gen.rng.gen_range(1..=9);
+            let cols = gen.rng.gen_range(1..=3);
+            let sh = MulMatShape {
+                nb,
+                rows,
+                cols,
+                xs: nb + gen.rng.gen_range(0..2),
+                ys: 2 * nb + gen.rng.gen_range(0..2),
+                bs: rows + gen.rng.gen_range(0..3),
+            };
+            let mut x = vec![0u8; ((rows - 1) * sh.xs + nb) * Q2_0_BYTES];
+            let mut y = vec![0u8; ((cols - 1) * sh.ys + 2 * nb) * Q8_0_BYTES];
+            for r in 0..rows {
+                let at = r * sh.xs * Q2_0_BYTES;
+                gen.q2_0_row(nb, &mut x[at..at + nb * Q2_0_BYTES]);
+            }
+            for c in 0..cols {
+                let at = c * sh.ys * Q8_0_BYTES;
+                gen.q8_0_row(2 * nb, &mut y[at..at + 2 * nb * Q8_0_BYTES]);
+            }
+            let mut want = vec![f32::from_bits(0x7fa5_a5a5); cols * sh.bs];
+            for c in 0..cols {
+                for r in 0..rows {
+                    let (xa, ya) = (r * sh.xs * Q2_0_BYTES, c * sh.ys * Q8_0_BYTES);
+                    want[c * sh.bs + r] = call_vec_dot(
+                        st.vec_dot_q2_0_q8_0,
+                        (64 * nb) as i32,
+                        &x[xa..],
+                        &y[ya..],
+                        1,
+                    );
+                }
+            }
+            for (j, s) in subjects.iter().enumerate() {
+                let got = s.mul_mat(sh, &x, &y);
+                let (o, at) = compare_f32(&got, &want);
+                reports[3 * per_symbol + j].record(o, || {
+                    format!(
+                        "case {case}: {sh:?}: element {at} (row {}, column {}): ours {:e} stock {:e}",
+                        at % sh.bs,
+                        at / sh.bs,
+                        got[at],
+                        want[at]
                     )
                 });
             }

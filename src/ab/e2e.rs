@@ -45,12 +45,24 @@ pub struct ToolRun {
     pub seconds: f64,
 }
 
+/// How a tool runs: stock alone, or with our library preloaded and these extra environment variables.
+#[derive(Clone, Copy, Debug)]
+pub struct Preload<'a> {
+    pub lib: &'a Path,
+    pub env: &'a [(&'a str, &'a str)],
+}
+
+/// The two ways of preloading the e2e compares with stock: the vec_dot exports only (`GGML_LOWBIT_MULMAT=0`),
+/// and with the `mul_mat` hook taking over whole products (the default).
+pub const VEC_DOT_ONLY: &[(&str, &str)] = &[("GGML_LOWBIT_MULMAT", "0")];
+pub const WITH_HOOK: &[(&str, &str)] = &[];
+
 /// One run of `tool` (see `run_tool`).
 fn run_once(
     dir: &Path,
     tool: &str,
     args: &[String],
-    preload: Option<&Path>,
+    preload: Option<Preload<'_>>,
     quiet: bool,
 ) -> Result<ToolRun, String> {
     let exe = dir.join(tool);
@@ -67,12 +79,15 @@ fn run_once(
         "GGML_LOWBIT_VERIFY",
         "GGML_LOWBIT_DISABLE",
         "GGML_LOWBIT_LOG",
+        "GGML_LOWBIT_MULMAT",
+        "GGML_LOWBIT_ISA",
         "LD_PRELOAD",
     ] {
         cmd.env_remove(var);
     }
-    if let Some(lib) = preload {
-        cmd.env("LD_PRELOAD", lib);
+    if let Some(p) = preload {
+        cmd.env("LD_PRELOAD", p.lib);
+        cmd.envs(p.env.iter().copied());
         if !quiet {
             cmd.env("GGML_LOWBIT_LOG", "1");
         }
@@ -114,7 +129,7 @@ pub fn run_tool(
     dir: &Path,
     tool: &str,
     args: &[String],
-    preload: Option<&Path>,
+    preload: Option<Preload<'_>>,
     quiet: bool,
 ) -> Result<ToolRun, String> {
     let Some(marker) = completion_marker(tool) else {
@@ -172,11 +187,25 @@ pub fn perplexity_text() -> String {
     para.repeat(24)
 }
 
-pub fn perplexity_args(model: &Path, text: &Path, threads: usize, chunks: usize) -> Vec<String> {
+/// Whether a preloaded run's log shows the `mul_mat` hook serving products.
+pub fn hook_on(run: &ToolRun) -> bool {
+    run.stderr.contains("ggml-lowbit: mul_mat hook on")
+}
+
+/// llama-perplexity over `chunks` chunks of 128 tokens, evaluated in micro-batches of `ubatch` tokens (1: one
+/// token at a time, as in decode; 128: the whole chunk at once).
+pub fn perplexity_args(
+    model: &Path,
+    text: &Path,
+    threads: usize,
+    chunks: usize,
+    ubatch: usize,
+) -> Vec<String> {
     let (m, f) = (model.display().to_string(), text.display().to_string());
-    let (chunks, threads) = (chunks.to_string(), threads.to_string());
+    let (chunks, threads, ub) = (chunks.to_string(), threads.to_string(), ubatch.to_string());
     let args = [
-        "-m", &m, "-f", &f, "-c", "128", "-b", "128", "--chunks", &chunks, "-t", &threads,
+        "-m", &m, "-f", &f, "-c", "128", "-b", "128", "-ub", &ub, "--chunks", &chunks, "-t",
+        &threads,
     ];
     args.map(String::from).to_vec()
 }

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use rand::Rng;
 
+use super::bits::MulMatFn;
 use super::cases::{Gen, Q8_0_BYTES};
 use crate::model::WeightType;
 use crate::stock::{QuantizeRowFn, VecDotFn};
@@ -119,6 +120,81 @@ impl MatVec {
             }
         });
     }
+}
+
+impl MatVec {
+    /// One mat-vec through the tile export `f` (Q2_0 only): one call per thread on its contiguous rows.
+    pub fn run_mul_mat(&self, f: MulMatFn, out: &mut [f32], team: &Team) {
+        let (bw, bb) = self.format.block();
+        let row_bytes = self.cols / bw * bb;
+        let chunk = self.rows.div_ceil(team.threads());
+        let (act, weights, out_ptr, rows, n) = (
+            self.act.as_ptr() as usize,
+            self.weights.as_ptr() as usize,
+            out.as_mut_ptr() as usize,
+            self.rows.min(out.len()),
+            self.cols as i32,
+        );
+        team.run(&|t| {
+            let (r0, r1) = ((t * chunk).min(rows), ((t + 1) * chunk).min(rows));
+            if r0 == r1 {
+                return;
+            }
+            // SAFETY: rows r0..r1 lie in the weights, the activation holds one column; each thread writes only
+            // its own rows of `out`, which outlives the run.
+            unsafe {
+                f(
+                    n,
+                    (out_ptr as *mut f32).add(r0),
+                    r1 - r0,
+                    (weights + r0 * row_bytes) as *const c_void,
+                    row_bytes,
+                    act as *const c_void,
+                    0,
+                    (r1 - r0) as i32,
+                    1,
+                )
+            };
+        });
+    }
+}
+
+/// Interleaved timing of our tile export (`ggml_lowbit_mul_mat_q2_0_q8_0`, whole products) against stock's
+/// per-pair vec_dot on one mat-vec; bit-checked first.
+pub fn time_mul_mat(
+    symbol: &str,
+    m: &MatVec,
+    ours: MulMatFn,
+    stock: VecDotFn,
+    threads: usize,
+    reps: usize,
+) -> Result<SpeedRow, String> {
+    let team = Team::new(threads);
+    let mut a = vec![0f32; m.rows];
+    let mut b = vec![0f32; m.rows];
+    m.run_mul_mat(ours, &mut a, &team);
+    m.run(stock, &mut b, &team);
+    if let Some(r) = (0..m.rows).find(|&r| a[r].to_bits() != b[r].to_bits()) {
+        return Err(format!(
+            "{}x{}: row {r} differs from stock: {} vs {}",
+            m.rows, m.cols, a[r], b[r]
+        ));
+    }
+    let (mo, ms) = interleaved(
+        reps,
+        || {
+            let t = Instant::now();
+            m.run_mul_mat(ours, &mut a, &team);
+            t.elapsed().as_secs_f64() * 1e3
+        },
+        || {
+            let t = Instant::now();
+            m.run(stock, &mut b, &team);
+            t.elapsed().as_secs_f64() * 1e3
+        },
+    );
+    let shape = format!("{}x{}", m.rows, m.cols);
+    Ok(SpeedRow::new(symbol, shape, threads, reps, mo, ms))
 }
 
 /// The threads a timing runs on: the caller plus `threads − 1` workers that spin between runs, so starting a

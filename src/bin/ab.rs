@@ -149,6 +149,9 @@ enum Command {
         /// Perplexity chunks of 128 tokens (0 skips perplexity: useful for big models on slow stock builds).
         #[arg(long, default_value_t = 8)]
         ppl_chunks: usize,
+        /// Micro-batch sizes for the perplexity runs (comma-separated; 1 evaluates token by token, like decode).
+        #[arg(long, value_delimiter = ',', default_value = "128")]
+        ubatch: Vec<usize>,
         /// Skip llama-bench and the bandwidth measurement.
         #[arg(long)]
         no_bench: bool,
@@ -194,9 +197,12 @@ fn main() -> ExitCode {
             threads,
             n_predict,
             ppl_chunks,
+            ubatch,
             no_bench,
             lib,
-        } => cmd_e2e(&model, build, threads, n_predict, ppl_chunks, no_bench, lib),
+        } => cmd_e2e(
+            &model, build, threads, n_predict, ppl_chunks, &ubatch, no_bench, lib,
+        ),
         Command::Model {
             preset,
             wtype,
@@ -322,8 +328,10 @@ struct E2eLine {
     build: String,
     check: String,
     stock: String,
-    #[tabled(rename = "with ggml-lowbit")]
-    ours: String,
+    #[tabled(rename = "preload, vec_dot only")]
+    vec_dot: String,
+    #[tabled(rename = "preload with mul_mat hook")]
+    hook: String,
     result: String,
 }
 
@@ -336,16 +344,18 @@ fn short(s: &str, n: usize) -> String {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn cmd_e2e(
     model: &Path,
     build: E2eBuild,
     threads: Option<usize>,
     n_predict: usize,
     ppl_chunks: usize,
+    ubatch: &[usize],
     no_bench: bool,
     lib: Option<PathBuf>,
 ) -> Result<ExitCode> {
-    use ggml_lowbit::ab::e2e;
+    use ggml_lowbit::ab::e2e::{self, Preload, ToolRun};
     e2e::check_model(model)?;
     let model = std::fs::canonicalize(model).map_err(|e| format!("{}: {e}", model.display()))?;
     let lib = default_lib(lib)?;
@@ -366,85 +376,108 @@ fn cmd_e2e(
     std::fs::write(&text, e2e::perplexity_text()).map_err(|e| e.to_string())?;
     let mut lines = Vec::new();
     let mut ok = true;
+    let mut tg_rates: Option<(f64, f64)> = None;
     for variant in build.variants() {
         let dir = e2e::tools_dir(variant)?;
         let b = variant.to_string();
-        let both = |tool: &str, args: &[String]| -> Result<(e2e::ToolRun, e2e::ToolRun)> {
+        // Stock, then preloaded with the vec_dot exports only, then with the mul_mat hook on as well.
+        let three = |tool: &str, args: &[String]| -> Result<[ToolRun; 3]> {
             let timing = tool == "llama-bench";
+            let with = |env| Some(Preload { lib: &lib, env });
             let stock = e2e::run_tool(&dir, tool, args, None, timing)?;
-            let ours = e2e::run_tool(&dir, tool, args, Some(&lib), timing)?;
-            if !timing && e2e::served_calls(&ours) == 0 {
-                return Err(format!(
-                    "{tool} under the preload made no call into ggml-lowbit"
-                ));
+            let vec_dot = e2e::run_tool(&dir, tool, args, with(e2e::VEC_DOT_ONLY), timing)?;
+            let hook = e2e::run_tool(&dir, tool, args, with(e2e::WITH_HOOK), timing)?;
+            if !timing {
+                if e2e::served_calls(&vec_dot) == 0 || e2e::served_calls(&hook) == 0 {
+                    return Err(format!(
+                        "{tool} under the preload made no call into ggml-lowbit"
+                    ));
+                }
+                if !e2e::hook_on(&hook) {
+                    return Err(format!(
+                        "{tool}: the mul_mat hook did not switch on over the {variant} build (GGML_LOWBIT_LOG=1 says why)"
+                    ));
+                }
             }
-            Ok((stock, ours))
+            Ok([stock, vec_dot, hook])
         };
-        let (s, o) = both(
+        let verdict = |same: bool, what: &str| {
+            if same {
+                what.to_string()
+            } else {
+                "DIFFERENT".to_string()
+            }
+        };
+        let [s, v, h] = three(
             "llama-completion",
             &e2e::completion_args(&model, threads, n_predict),
         )?;
-        let same = s.stdout == o.stdout;
+        let same = s.stdout == v.stdout && s.stdout == h.stdout;
         ok &= same;
+        let calls =
+            |r: &ToolRun| format!("{} ({} calls)", short(&r.stdout, 36), e2e::served_calls(r));
         lines.push(E2eLine {
             build: b.clone(),
-            check: format!("llama-completion, greedy, {n_predict} tokens"),
-            stock: short(&s.stdout, 48),
-            ours: format!(
-                "{} ({} calls to ggml-lowbit)",
-                short(&o.stdout, 48),
-                e2e::served_calls(&o)
-            ),
-            result: if same {
-                "identical text".into()
-            } else {
-                "DIFFERENT".into()
-            },
+            check: format!("llama-completion, greedy, {n_predict} tokens, {threads} thread(s)"),
+            stock: short(&s.stdout, 36),
+            vec_dot: calls(&v),
+            hook: calls(&h),
+            result: verdict(same, "identical text"),
         });
-        if ppl_chunks > 0 {
-            let args = e2e::perplexity_args(&model, &text, threads, ppl_chunks);
-            let (s, o) = both("llama-perplexity", &args)?;
-            let (sv, sf) = e2e::perplexity_values(&s);
-            let (ov, of) = e2e::perplexity_values(&o);
-            let same = !sv.is_empty() && sv == ov && sf == of;
+        for &ub in if ppl_chunks > 0 { ubatch } else { &[] } {
+            let args = e2e::perplexity_args(&model, &text, threads, ppl_chunks, ub);
+            let [s, v, h] = three("llama-perplexity", &args)?;
+            let [(sv, sf), (vv, vf), (hv, hf)] = [&s, &v, &h].map(e2e::perplexity_values);
+            let same = !sv.is_empty() && sv == vv && sv == hv && sf == vf && sf == hf;
             ok &= same;
+            let est = |f: Option<String>| f.unwrap_or_else(|| "no estimate".into());
             lines.push(E2eLine {
                 build: b.clone(),
-                check: format!("llama-perplexity, {} chunks of 128", sv.len()),
-                stock: sf.clone().unwrap_or_else(|| "no estimate".into()),
-                ours: of.clone().unwrap_or_else(|| "no estimate".into()),
-                result: if same {
-                    "identical per-chunk values"
-                } else {
-                    "DIFFERENT"
-                }
-                .into(),
+                check: format!(
+                    "llama-perplexity, {} chunks of 128, ubatch {ub}, {threads} thread(s)",
+                    sv.len()
+                ),
+                stock: est(sf),
+                vec_dot: est(vf),
+                hook: est(hf),
+                result: verdict(same, "identical per-chunk values"),
             });
         }
         if !no_bench && dir.join("llama-bench").is_file() {
             let args = e2e::bench_args(&model, threads);
-            let (s, o) = both("llama-bench", &args)?;
-            let (sp, sg) = e2e::bench_rates(&s)?;
-            let (op, og) = e2e::bench_rates(&o)?;
-            for (test, stock, ours) in [("pp16", sp, op), ("tg4", sg, og)] {
+            let [s, v, h] = three("llama-bench", &args)?;
+            let [(sp, sg), (vp, vg), (hp, hg)] = [
+                e2e::bench_rates(&s)?,
+                e2e::bench_rates(&v)?,
+                e2e::bench_rates(&h)?,
+            ];
+            for (test, stock, vec_dot, hook) in [("pp16", sp, vp, hp), ("tg4", sg, vg, hg)] {
                 lines.push(E2eLine {
                     build: b.clone(),
                     check: format!("llama-bench {test}, {threads} thread(s)"),
                     stock: format!("{stock:.2} tok/s"),
-                    ours: format!("{ours:.2} tok/s"),
-                    result: format!("{:.2}x", ours / stock),
+                    vec_dot: format!("{vec_dot:.2} tok/s ({:.2}x)", vec_dot / stock),
+                    hook: format!("{hook:.2} tok/s ({:.2}x)", hook / stock),
+                    result: "speed".into(),
                 });
             }
+            tg_rates.get_or_insert((vg, hg));
         }
     }
     if !no_bench {
         let bw = e2e::read_bandwidth(threads);
         let bytes = std::fs::metadata(&model).map(|m| m.len()).unwrap_or(0) as f64;
+        let ceiling = bw * 1e9 / bytes;
+        let share = |tg: Option<f64>| match tg {
+            Some(t) => format!("tg4 at {:.0} % of it", 100.0 * t / ceiling),
+            None => "-".into(),
+        };
         lines.push(E2eLine {
             build: "-".into(),
-            check: format!("read bandwidth, {threads} thread(s), 2 GiB"),
-            stock: format!("{bw:.1} GB/s"),
-            ours: format!("decode ceiling {:.2} tok/s", bw * 1e9 / bytes),
+            check: format!("read bandwidth, {threads} thread(s), 2 GiB: {bw:.1} GB/s"),
+            stock: format!("decode ceiling {ceiling:.2} tok/s"),
+            vec_dot: share(tg_rates.map(|r| r.0)),
+            hook: share(tg_rates.map(|r| r.1)),
             result: format!("model {:.2} GiB", bytes / (1u64 << 30) as f64),
         });
     }
@@ -637,6 +670,7 @@ fn cmd_speed(
 ) -> Result<ExitCode> {
     let known = [
         "ggml_vec_dot_q2_0_q8_0",
+        "ggml_lowbit_mul_mat_q2_0_q8_0",
         "quantize_row_q8_0",
         "ggml_vec_dot_pq2_0_q8_0",
         "ggml_vec_dot_ptq1_0_q8_0",
@@ -757,6 +791,22 @@ fn cmd_speed(
                 row.baseline = job.baseline_name.clone();
                 rows.push(row);
                 bar.inc(1);
+            }
+        }
+    }
+    if wants("ggml_lowbit_mul_mat_q2_0_q8_0") {
+        let symbol = "ggml_lowbit_mul_mat_q2_0_q8_0";
+        let tiles = ours
+            .mul_mat_q2_0_q8_0
+            .ok_or("our library lacks the tile export")?;
+        for &(r, c) in &shapes {
+            let m = MatVec::new(WeightType::Q2_0, r, c, 42);
+            for &t in &threads {
+                bar.set_message(format!("speed {symbol} {r}x{c}, {t} thread(s)"));
+                let mut row =
+                    speed::time_mul_mat(symbol, &m, tiles, st.vec_dot_q2_0_q8_0, t, reps)?;
+                row.baseline = format!("{stock_name}, vec_dot per row");
+                rows.push(row);
             }
         }
     }

@@ -15,6 +15,7 @@ use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::{quantize_block_q8_0_ref_model, BlockQ8_0, QK8_0};
 use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf};
+use crate::tiles::{mul_mat_by_pairs, Emit, Rows};
 
 const Q2_BYTES: usize = 18;
 const Q8_BYTES: usize = 34;
@@ -180,6 +181,21 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     // Up to three blocks left: the scalar chain continues with the same float order.
     let done = 4 * batches;
     vec_dot_q2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[2 * done..])
+}
+
+/// `W · Y` as one `vec_dot_q2_0_q8_0` per pair: this instruction set has no tile kernel (the AVX-512 one relies
+/// on VNNI dot products of packed fields and byte permutes across 64 bytes).
+///
+/// # Safety
+/// As `vec_dot_q2_0_q8_0`, for every pair.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
+    x: Rows<'_, BlockQ2_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    // SAFETY: the caller's contract, per pair.
+    mul_mat_by_pairs(|x, y| unsafe { vec_dot_q2_0_q8_0::<FMA>(x, y) }, x, y, emit)
 }
 
 /// The driver shared by the fork's 128-weight formats (PQ2_0, PTQ1_0): two blocks (four 64-weight groups) per

@@ -21,6 +21,7 @@ use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
 use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
+use crate::tiles::{Emit, Rows};
 
 const Q2_BYTES: usize = 18;
 const Q8_BYTES: usize = 34;
@@ -241,6 +242,349 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     // Up to seven blocks left: the scalar chain continues with the same float order.
     let done = 8 * batches;
     vec_dot_q2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[2 * done..])
+}
+
+/// One batch (eight Q2_0 blocks, sixteen q8_0 blocks) of an activation column prepared for the tile kernel:
+/// - `q[h][k]`: for the four blocks `4h..4h+4` of the batch, byte `16·g + i` is the quant that meets weight
+///   `4i + k` of block `4h + g` (weight `w` meets quant `w % 32` of q8_0 block `2b + w / 32`), so `vpdpbusd`
+///   of field `k` of the packed code bytes (`(byte >> 2k) & 3`, in place) against `q[h][k]` sums the right
+///   products without expanding the codes to one byte per weight;
+/// - `qsum[8h + b]`: `Σ q` of q8_0 block `2b + h` (the `−1` of `c − 1`, subtracted once per half);
+/// - `d1[8h + b]`: that block's scale as a float.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub struct Q2ColumnBatch {
+    q: [[[u8; 64]; 4]; 2],
+    qsum: [i32; 16],
+    d1: [f32; 16],
+}
+
+/// `vpermb` index taking a 64-quant group to four 16-byte lanes, lane `k` holding the quants of weights `4i + k`.
+const FIELD_LANES: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut j = 0;
+    while j < 64 {
+        t[j] = (4 * (j % 16) + j / 16) as u8;
+        j += 1;
+    }
+    t
+};
+
+/// Prepares the full batches of one q8_0 column (`y.len() / 16` of them) into `out`.
+///
+/// # Safety
+/// The CPU must have the features below.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+pub unsafe fn q2_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q2ColumnBatch>) {
+    out.clear();
+    let yp = y.as_ptr() as *const u8;
+    // SAFETY: batch k < y.len() / 16 reads q8_0 blocks 16k..16k+16 of `y`; the index table is 64 bytes.
+    unsafe {
+        let fields = _mm512_loadu_si512(FIELD_LANES.as_ptr() as *const _);
+        for k in 0..y.len() / 16 {
+            let yb = yp.add(16 * k * Q8_BYTES);
+            let mut batch = Q2ColumnBatch {
+                q: [[[0; 64]; 4]; 2],
+                qsum: [0; 16],
+                d1: [0.0; 16],
+            };
+            for h in 0..2 {
+                // t[g]: block 4h + g's 64 quants with lane k holding field k's.
+                let t: [__m512i; 4] = std::array::from_fn(|g| {
+                    let q = yb.add(2 * (4 * h + g) * Q8_BYTES + 2);
+                    let lo = _mm256_loadu_si256(q as *const __m256i);
+                    let hi = _mm256_loadu_si256(q.add(Q8_BYTES) as *const __m256i);
+                    let group = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+                    _mm512_permutexvar_epi8(fields, group)
+                });
+                // A 4 × 4 transpose of 128-bit lanes: q[h][k] gathers lane k of t[0..4].
+                let a = _mm512_shuffle_i64x2::<0x44>(t[0], t[1]);
+                let b = _mm512_shuffle_i64x2::<0x44>(t[2], t[3]);
+                let c = _mm512_shuffle_i64x2::<0xee>(t[0], t[1]);
+                let d = _mm512_shuffle_i64x2::<0xee>(t[2], t[3]);
+                let fields_out = [
+                    _mm512_shuffle_i64x2::<0x88>(a, b),
+                    _mm512_shuffle_i64x2::<0xdd>(a, b),
+                    _mm512_shuffle_i64x2::<0x88>(c, d),
+                    _mm512_shuffle_i64x2::<0xdd>(c, d),
+                ];
+                for (kf, v) in fields_out.into_iter().enumerate() {
+                    _mm512_storeu_si512(batch.q[h][kf].as_mut_ptr() as *mut _, v);
+                }
+            }
+            let mut d1_bits = [0u16; 16];
+            for (j, block) in y[16 * k..16 * k + 16].iter().enumerate() {
+                let lane = 8 * (j % 2) + j / 2;
+                batch.qsum[lane] = block.qs.iter().map(|&v| v as i32).sum();
+                d1_bits[lane] = block.d.to_bits();
+            }
+            let d1 = _mm512_cvtph_ps(_mm256_loadu_si256(d1_bits.as_ptr() as *const __m256i));
+            _mm512_storeu_ps(batch.d1.as_mut_ptr(), d1);
+            out.push(batch);
+        }
+    }
+}
+
+/// `vpermt2b` indices gathering the code bytes of blocks `4h..4h+4` of a batch (byte `16g + i` = code byte `i`
+/// of block `4h + g`): from the loads at batch offsets 0 and 64 (`h = 0`) or 64 and 128 (`h = 1`).
+const CODE_GATHER: [[u8; 64]; 2] = {
+    let mut t = [[0u8; 64]; 2];
+    let mut h = 0;
+    while h < 2 {
+        let mut j = 0;
+        while j < 64 {
+            t[h][j] = (Q2_BYTES * (4 * h + j / 16) + 2 + j % 16 - 64 * h) as u8;
+            j += 1;
+        }
+        h += 1;
+    }
+    t
+};
+
+/// `vpermt2d` indices pairing the dword partials of the two halves' accumulators: output lane `8h + b` is half
+/// `h` of block `b`, the sum of dwords `4(b % 4) + 2h` and `+ 1` of accumulator `b / 4` (`EVEN` and `ODD`).
+const PAIR_EVEN: [u32; 16] = {
+    let mut t = [0u32; 16];
+    let mut l = 0;
+    while l < 16 {
+        let (h, b) = (l / 8, l % 8);
+        t[l] = (16 * (b / 4) + 4 * (b % 4) + 2 * h) as u32;
+        l += 1;
+    }
+    t
+};
+const PAIR_ODD: [u32; 16] = {
+    let mut t = PAIR_EVEN;
+    let mut l = 0;
+    while l < 16 {
+        t[l] += 1;
+        l += 1;
+    }
+    t
+};
+
+/// `vpermt2w` indices of the eight block scales of a batch (word `9b` of the first 128 bytes).
+const D0_GATHER: [u16; 32] = {
+    let mut t = [0u16; 32];
+    let mut b = 0;
+    while b < 8 {
+        t[b] = (9 * b) as u16;
+        b += 1;
+    }
+    t
+};
+
+/// `vgf2p8affineqb` matrices moving bits `2k, 2k + 1` of every byte to bits 0, 1 (`k = 1, 2, 3`): output bit
+/// `i` is the parity of the input ANDed with matrix byte `7 − i`.
+const FIELD_AFFINE: [i64; 3] = [
+    (1 << (56 + 2)) | (1 << (48 + 3)),
+    (1 << (56 + 4)) | (1 << (48 + 5)),
+    (1 << (56 + 6)) | (1i64 << (48 + 7)),
+];
+
+/// Sixteen dword partials of `Σ c·q` for the four blocks whose code bytes are in `codes` (byte `16g + i`):
+/// field `k` of every code byte, moved to bits 0–1 in place, against the quants prepared for it.
+#[inline(always)]
+unsafe fn q2_tile_half(codes: __m512i, q: &[[u8; 64]; 4]) -> __m512i {
+    // SAFETY (whole body): 64-byte loads from the prepared arrays; features come from the caller.
+    unsafe {
+        let load = |k: usize| _mm512_loadu_si512(q[k].as_ptr() as *const _);
+        let mut acc = _mm512_dpbusd_epi32(
+            _mm512_setzero_si512(),
+            _mm512_and_si512(codes, _mm512_set1_epi8(3)),
+            load(0),
+        );
+        for k in 1..4 {
+            let field =
+                _mm512_gf2p8affine_epi64_epi8::<0>(codes, _mm512_set1_epi64(FIELD_AFFINE[k - 1]));
+            acc = _mm512_dpbusd_epi32(acc, field, load(k));
+        }
+        acc
+    }
+}
+
+/// One row's float terms for one batch against a prepared column: `(d0, sumi)` for the FMA chain, `(d0·sumi, _)`
+/// for the unfused one, block `b` in lane `b`. `sumi` is computed exactly as `q2_batch_terms` does.
+#[inline(always)]
+unsafe fn q2_tile_terms<const FMA: bool>(xb: *const u8, p: &Q2ColumnBatch) -> (__m256, __m256) {
+    // SAFETY (whole body): the caller guarantees eight whole Q2_0 blocks (144 bytes) at `xb`: the loads cover
+    // bytes 0..128 and, masked, 128..144; the tables are 64-byte arrays; features come from the caller.
+    unsafe {
+        let z0 = _mm512_loadu_si512(xb as *const _);
+        let z1 = _mm512_loadu_si512(xb.add(64) as *const _);
+        let z2 = _mm512_maskz_loadu_epi8(0xffff, xb.add(128) as *const _);
+        let gather = |h: usize| _mm512_loadu_si512(CODE_GATHER[h].as_ptr() as *const _);
+        let codes = [
+            _mm512_permutex2var_epi8(z0, gather(0), z1),
+            _mm512_permutex2var_epi8(z1, gather(1), z2),
+        ];
+        let acc = [
+            q2_tile_half(codes[0], &p.q[0]),
+            q2_tile_half(codes[1], &p.q[1]),
+        ];
+        let even = _mm512_loadu_si512(PAIR_EVEN.as_ptr() as *const _);
+        let odd = _mm512_loadu_si512(PAIR_ODD.as_ptr() as *const _);
+        let sums = _mm512_add_epi32(
+            _mm512_permutex2var_epi32(acc[0], even, acc[1]),
+            _mm512_permutex2var_epi32(acc[0], odd, acc[1]),
+        );
+        let qsum = _mm512_loadu_si512(p.qsum.as_ptr() as *const _);
+        let s = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, qsum));
+        let s_lo = _mm512_castps512_ps256(s);
+        let s_hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s)));
+        let d1_lo = _mm256_loadu_ps(p.d1.as_ptr());
+        let d1_hi = _mm256_loadu_ps(p.d1.as_ptr().add(8));
+        let d0_words =
+            _mm512_permutex2var_epi16(z0, _mm512_loadu_si512(D0_GATHER.as_ptr() as *const _), z1);
+        let d0 = _mm256_cvtph_ps(_mm512_castsi512_si128(d0_words));
+        if FMA {
+            let first = _mm256_fmadd_ps(d1_lo, s_lo, _mm256_setzero_ps());
+            (d0, _mm256_fmadd_ps(d1_hi, s_hi, first))
+        } else {
+            let zero = _mm256_setzero_ps();
+            let sumi = _mm256_add_ps(
+                _mm256_add_ps(zero, _mm256_mul_ps(d1_lo, s_lo)),
+                _mm256_mul_ps(d1_hi, s_hi),
+            );
+            (_mm256_mul_ps(d0, sumi), d0)
+        }
+    }
+}
+
+/// The sequential part of one row's batch: eight chain steps in block order.
+#[inline(always)]
+fn q2_tile_chain<const FMA: bool>(mut sumf: f32, terms: (__m256, __m256)) -> f32 {
+    let mut a = [0f32; 8];
+    let mut b = [0f32; 8];
+    // SAFETY: plain stores of two registers into local arrays (AVX is enabled by every caller).
+    unsafe {
+        _mm256_storeu_ps(a.as_mut_ptr(), terms.0);
+        _mm256_storeu_ps(b.as_mut_ptr(), terms.1);
+    }
+    for k in 0..8 {
+        sumf = if FMA {
+            a[k].mul_add(b[k], sumf)
+        } else {
+            sumf + a[k]
+        };
+    }
+    sumf
+}
+
+/// The running sums of `R` rows (pointers to their first block) after every full batch of a prepared column,
+/// the rows' chains interleaved and software-pipelined (batch `k + 1`'s vector work before batch `k`'s chains).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+unsafe fn q2_tile_rows<const FMA: bool, const R: usize>(
+    rows: [*const u8; R],
+    prep: &[Q2ColumnBatch],
+) -> [f32; R] {
+    let mut sumf = [0f32; R];
+    if prep.is_empty() {
+        return sumf;
+    }
+    // SAFETY: every row holds 8·prep.len() blocks (caller); batch k reads bytes 144k..144k+144.
+    unsafe {
+        let zero = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut pending = [zero; R];
+        for r in 0..R {
+            pending[r] = q2_tile_terms::<FMA>(rows[r], &prep[0]);
+        }
+        for (k, p) in prep.iter().enumerate().skip(1) {
+            let mut next = [zero; R];
+            for r in 0..R {
+                next[r] = q2_tile_terms::<FMA>(rows[r].add(8 * k * Q2_BYTES), p);
+            }
+            for r in 0..R {
+                sumf[r] = q2_tile_chain::<FMA>(sumf[r], pending[r]);
+            }
+            pending = next;
+        }
+        for r in 0..R {
+            sumf[r] = q2_tile_chain::<FMA>(sumf[r], pending[r]);
+        }
+    }
+    sumf
+}
+
+/// Rows per tile step: enough independent chains to hide the 4-cycle FMA latency.
+const TILE_ROWS: usize = 4;
+/// Prepared columns kept at once: about 512 KiB of them, so they stay in L2 while the rows pass.
+const PREPARED_BYTES: usize = 512 << 10;
+
+/// `W · Y` for Q2_0 weights against q8_0 columns, every element with the bits of `vec_dot_q2_0_q8_0::<FMA>`:
+/// columns in chunks that stay in L2 once prepared, rows four at a time against each column of the chunk, the
+/// tail rows one at a time, and each row's blocks past the last full batch through the scalar chain.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, GFNI, AVX2, FMA and F16C; `y.nb() >= 2 * x.nb()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
+    x: Rows<'_, BlockQ2_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    debug_assert!(y.nb() >= 2 * x.nb());
+    thread_local! {
+        static PREPARED: std::cell::RefCell<Vec<Vec<Q2ColumnBatch>>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let nb = x.nb();
+    let done = 8 * (nb / 8);
+    let batch_bytes = std::mem::size_of::<Q2ColumnBatch>() * (nb / 8).max(1);
+    let chunk = (PREPARED_BYTES / batch_bytes).max(1);
+    PREPARED.with_borrow_mut(|prepared| {
+        let mut c0 = 0;
+        while c0 < y.rows() {
+            let c1 = (c0 + chunk).min(y.rows());
+            if prepared.len() < c1 - c0 {
+                prepared.resize_with(c1 - c0, Vec::new);
+            }
+            for c in c0..c1 {
+                // SAFETY: this function's features cover the preparation's.
+                unsafe { q2_prepare_column(&y.row(c)[..2 * done], &mut prepared[c - c0]) };
+            }
+            // Tile step t runs rows t, t + q, t + 2q, t + 3q (q = rows / 4): four long sequential streams
+            // through the matrix, which the hardware prefetchers follow. (Four adjacent rows instead are four
+            // streams of one row each, too short to train on: a decode then waits on memory latency at about
+            // 6 GB/s per thread.) The rows past 4q go one at a time.
+            let q = x.rows() / TILE_ROWS;
+            let finish =
+                |emit: &mut dyn FnMut(usize, usize, f32), r: usize, c: usize, sumf: f32| {
+                    let (row, col) = (x.row(r), y.row(c));
+                    emit(
+                        r,
+                        c,
+                        vec_dot_q2_0_q8_0_from::<FMA>(sumf, &row[done..], &col[2 * done..2 * nb]),
+                    );
+                };
+            // The columns of the chunk innermost, so a step's rows stay in L1 across them.
+            for t in 0..q {
+                let rows: [usize; TILE_ROWS] = std::array::from_fn(|i| t + i * q);
+                for c in c0..c1 {
+                    // SAFETY: the rows exist and hold nb ≥ 8·prepared.len() blocks each; features as above.
+                    let sums = unsafe {
+                        q2_tile_rows::<FMA, TILE_ROWS>(
+                            rows.map(|r| x.row(r).as_ptr() as *const u8),
+                            &prepared[c - c0],
+                        )
+                    };
+                    for (r, s) in rows.into_iter().zip(sums) {
+                        finish(emit, r, c, s);
+                    }
+                }
+            }
+            for r in TILE_ROWS * q..x.rows() {
+                for c in c0..c1 {
+                    // SAFETY: as above.
+                    let sums = unsafe {
+                        q2_tile_rows::<FMA, 1>([x.row(r).as_ptr() as *const u8], &prepared[c - c0])
+                    };
+                    finish(emit, r, c, sums[0]);
+                }
+            }
+            c0 = c1;
+        }
+    });
 }
 
 /// The driver shared by the fork's 128-weight formats (PQ2_0, PTQ1_0): four blocks (eight 64-weight groups)

@@ -1,0 +1,292 @@
+//! The preloaded `mul_mat` hook: whole matrix products of our formats through the tile kernels.
+//!
+//! The pinned ggml-cpu starts every MUL_MAT with a call through the PLT to
+//! `ggml_compute_forward_mul_mat_tiled(params, dst)`, before it quantizes src1; a `true` return means the op is
+//! done (`formats.md` §2). Defining that symbol in a preloaded library takes over whole products: each of
+//! ggml's threads quantizes its share of src1 into `params->wdata` (stock's own split and layout), waits at
+//! `ggml_barrier`, then computes its share of the rows with the tile kernels; every other op goes to the real
+//! function (`dlsym(RTLD_NEXT, …)`, or the `GGML_BACKEND_DL` library's own).
+//!
+//! `struct ggml_compute_params` is internal to ggml-cpu, so the hook only runs against a ggml whose
+//! `ggml_version()` is one it knows (`KNOWN_VERSIONS`) and whose arguments pass sanity checks; otherwise, and
+//! under `GGML_LOWBIT_MULMAT=0`, `GGML_LOWBIT_DISABLE` or `GGML_LOWBIT_VERIFY` (which compare per call), it
+//! stays out of the way and the vec_dot exports serve the products as before.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::OnceLock;
+
+use crate::dispatch::env_choice;
+use crate::formats::q2_0::BlockQ2_0;
+use crate::formats::q8_0::BlockQ8_0;
+use crate::interpose::{config, next_symbol, Mode};
+use crate::tiles::Rows;
+
+/// ggml versions whose `ggml_compute_params` and `ggml_tensor` layouts this file mirrors (the pinned tree's).
+pub const KNOWN_VERSIONS: [&str; 1] = ["0.25.3"];
+
+const GGML_TYPE_F32: c_int = 0;
+const GGML_TYPE_Q2_0: c_int = 42;
+
+/// `struct ggml_compute_params` of ggml-cpu-impl.h (pinned tree).
+#[repr(C)]
+pub struct ComputeParams {
+    pub ith: c_int,
+    pub nth: c_int,
+    pub wsize: usize,
+    pub wdata: *mut c_void,
+    pub threadpool: *mut c_void,
+    pub use_ref: bool,
+}
+
+/// `struct ggml_tensor` of ggml.h (pinned tree; `GGML_MAX_DIMS` 4, `GGML_MAX_OP_PARAMS` 64,
+/// `GGML_MAX_SRC` 10, `GGML_MAX_NAME` 64). A test checks size and offsets against the header.
+#[repr(C)]
+pub struct GgmlTensor {
+    pub type_: c_int,
+    pub buffer: *mut c_void,
+    pub ne: [i64; 4],
+    pub nb: [usize; 4],
+    pub op: c_int,
+    pub op_params: [i32; 16],
+    pub flags: i32,
+    pub src: [*mut GgmlTensor; 10],
+    pub view_src: *mut GgmlTensor,
+    pub view_offs: usize,
+    pub data: *mut c_void,
+    pub name: [c_char; 64],
+    pub extra: *mut c_void,
+    pub padding: [c_char; 8],
+}
+const _: () = assert!(std::mem::size_of::<GgmlTensor>() == 336);
+
+pub type MulMatTiledFn = unsafe extern "C" fn(*const ComputeParams, *mut GgmlTensor) -> bool;
+type BarrierFn = unsafe extern "C" fn(*mut c_void);
+type VersionFn = unsafe extern "C" fn() -> *const c_char;
+
+struct Hook {
+    next: Option<MulMatTiledFn>,
+    barrier: Option<BarrierFn>,
+    /// Why the hook stays out, or `None` when it serves.
+    off: Option<String>,
+}
+
+fn hook() -> &'static Hook {
+    static HOOK: OnceLock<Hook> = OnceLock::new();
+    HOOK.get_or_init(|| {
+        let c = config();
+        let next = next_symbol::<MulMatTiledFn>(
+            c"ggml_compute_forward_mul_mat_tiled",
+            crate::ffi::ggml_compute_forward_mul_mat_tiled as *const () as usize,
+        );
+        let barrier = next_symbol::<BarrierFn>(c"ggml_barrier", 0);
+        let version = next_symbol::<VersionFn>(c"ggml_version", 0).map(|f| {
+            // SAFETY: ggml_version returns a static NUL-terminated string.
+            unsafe { CStr::from_ptr(f()).to_string_lossy().into_owned() }
+        });
+        let wanted = env_choice(
+            "GGML_LOWBIT_MULMAT",
+            |v| match v {
+                "0" => Some(false),
+                "1" => Some(true),
+                _ => None,
+            },
+            "0, 1",
+        )
+        .unwrap_or(true);
+        let off = if !wanted {
+            Some("GGML_LOWBIT_MULMAT=0".to_string())
+        } else if c.mode != Mode::Serve {
+            Some(format!("mode {:?} compares or passes each vec_dot call", c.mode))
+        } else if next.is_none() || barrier.is_none() {
+            Some("no ggml-cpu behind the library".to_string())
+        } else {
+            match &version {
+                Some(v) if KNOWN_VERSIONS.contains(&v.as_str()) => None,
+                Some(v) => Some(format!("ggml {v} is not a version the hook knows")),
+                None => Some("ggml_version not found".to_string()),
+            }
+        };
+        if c.log {
+            match &off {
+                None => eprintln!(
+                    "ggml-lowbit: mul_mat hook on (ggml {}): Q2_0 products through the tile kernels",
+                    version.as_deref().unwrap_or("?")
+                ),
+                Some(why) => eprintln!("ggml-lowbit: mul_mat hook off ({why}): vec_dot interposition only"),
+            }
+        }
+        Hook { next, barrier, off }
+    })
+}
+
+/// What the hook computes: a Q2_0 × F32 product with the layouts the tile kernels take.
+struct Product {
+    src0: *const GgmlTensor,
+    src1: *const GgmlTensor,
+    /// q8_0 bytes of one src1 row.
+    row_size: usize,
+}
+
+/// `Some` when `dst` is a product the hook serves; checks everything the kernels and the work buffer need.
+///
+/// # Safety
+/// `dst` and its sources are valid tensors (ggml's contract for the op).
+unsafe fn product(p: &ComputeParams, dst: &GgmlTensor) -> Option<Product> {
+    // SAFETY: ggml's contract: a MUL_MAT's two sources are valid tensors.
+    let (src0, src1) = unsafe { (dst.src[0].as_ref()?, dst.src[1].as_ref()?) };
+    let ok = src0.type_ == GGML_TYPE_Q2_0
+        && src1.type_ == GGML_TYPE_F32
+        && dst.type_ == GGML_TYPE_F32
+        && src0.ne[0] > 0
+        && src0.ne[0] % 64 == 0
+        && src1.ne[0] == src0.ne[0]
+        && src0.nb[0] == 18
+        && src0.nb[1].is_multiple_of(18)
+        && src0.nb[1] >= src0.ne[0] as usize / 64 * 18
+        && src0.nb[2].is_multiple_of(18)
+        && src0.nb[3].is_multiple_of(18)
+        && src1.nb[0] == 4
+        && dst.nb[0] == 4
+        && dst.nb[1].is_multiple_of(4)
+        && dst.ne[0] == src0.ne[1]
+        && (1..4).all(|i| dst.ne[i] == src1.ne[i])
+        && (2..4).all(|i| src0.ne[i] > 0 && src1.ne[i] % src0.ne[i] == 0)
+        && p.nth >= 1
+        && p.ith >= 0
+        && p.ith < p.nth
+        && !p.wdata.is_null()
+        && !p.threadpool.is_null();
+    if !ok {
+        return None;
+    }
+    let row_size = src1.ne[0] as usize / 32 * 34;
+    let needed = row_size * (src1.ne[1] * src1.ne[2] * src1.ne[3]) as usize;
+    (p.wsize >= needed).then_some(Product {
+        src0,
+        src1,
+        row_size,
+    })
+}
+
+/// The hook: see the module documentation.
+///
+/// # Safety
+/// ggml's contract for `ggml_compute_forward_mul_mat_tiled`.
+pub unsafe fn mul_mat_tiled(params: *const ComputeParams, dst: *mut GgmlTensor) -> bool {
+    let h = hook();
+    let pass = || match h.next {
+        // SAFETY: the real function, with the caller's own arguments.
+        Some(next) => unsafe { next(params, dst) },
+        None => false,
+    };
+    if h.off.is_some() {
+        return pass();
+    }
+    // SAFETY: ggml passes valid params and dst.
+    let (p, d) = unsafe { (&*params, &*dst) };
+    if p.use_ref {
+        return pass();
+    }
+    // SAFETY: as above.
+    let Some(prod) = (unsafe { product(p, d) }) else {
+        return pass();
+    };
+    let barrier = h.barrier.expect("checked when the hook was set up");
+    // SAFETY: `product` checked the shapes, strides and the work buffer's size; every thread of the op runs
+    // this same path (the decision depends only on the tensors), so all reach the barrier.
+    unsafe {
+        quantize_share(p, &prod);
+        barrier(p.threadpool);
+        compute_share(p, &prod, d);
+    }
+    crate::interpose::count_served();
+    true
+}
+
+/// This thread's share of src1 quantized into the work buffer: stock's split (a block range of every row per
+/// thread) and layout (rows of `row_size` bytes, planes back to back).
+///
+/// # Safety
+/// `product` accepted the op.
+unsafe fn quantize_share(p: &ComputeParams, prod: &Product) {
+    let kernels = crate::dispatch::active();
+    // SAFETY: `product` checked that src1 is a valid F32 tensor.
+    let src1 = unsafe { &*prod.src1 };
+    let blocks = src1.ne[0] as usize / 32;
+    let (ith, nth) = (p.ith as usize, p.nth as usize);
+    let (b0, b1) = (ith * blocks / nth, (ith + 1) * blocks / nth);
+    if b0 == b1 {
+        return;
+    }
+    let mut out = p.wdata as *mut u8;
+    for i13 in 0..src1.ne[3] as usize {
+        for i12 in 0..src1.ne[2] as usize {
+            for i11 in 0..src1.ne[1] as usize {
+                // SAFETY: the row lies inside src1 (strides from the tensor); `out` walks the work buffer,
+                // which `product` checked holds every row's q8_0 bytes; each thread writes its own blocks.
+                unsafe {
+                    let row = (src1.data as *const u8)
+                        .add(i11 * src1.nb[1] + i12 * src1.nb[2] + i13 * src1.nb[3])
+                        as *const f32;
+                    let x = std::slice::from_raw_parts(row.add(32 * b0), 32 * (b1 - b0));
+                    let y =
+                        std::slice::from_raw_parts_mut(out.add(34 * b0) as *mut BlockQ8_0, b1 - b0);
+                    kernels.quantize_row_q8_0(x, y);
+                    out = out.add(prod.row_size);
+                }
+            }
+        }
+    }
+}
+
+/// Rows per thread are whole multiples of this, so the tile kernel's four-row steps rarely split.
+const ROW_ALIGN: usize = 16;
+
+/// This thread's rows of every plane of the product, through the tile kernels.
+///
+/// # Safety
+/// `product` accepted the op and every thread has quantized its share (after the barrier).
+unsafe fn compute_share(p: &ComputeParams, prod: &Product, dst: &GgmlTensor) {
+    let kernels = crate::dispatch::active();
+    // SAFETY: checked by `product`.
+    let (src0, src1) = unsafe { (&*prod.src0, &*prod.src1) };
+    let nb = src0.ne[0] as usize / 64;
+    let rows = src0.ne[1] as usize;
+    let (ith, nth) = (p.ith as usize, p.nth as usize);
+    let per_thread = rows.div_ceil(nth).div_ceil(ROW_ALIGN) * ROW_ALIGN;
+    let (r0, r1) = (
+        (ith * per_thread).min(rows),
+        ((ith + 1) * per_thread).min(rows),
+    );
+    if r0 == r1 {
+        return;
+    }
+    let cols = src1.ne[1] as usize;
+    let (r2, r3) = (src1.ne[2] / src0.ne[2], src1.ne[3] / src0.ne[3]);
+    let stride = src0.nb[1] / 18;
+    for i13 in 0..src1.ne[3] {
+        for i12 in 0..src1.ne[2] {
+            let (i02, i03) = ((i12 / r2) as usize, (i13 / r3) as usize);
+            let plane = (i12 + i13 * src1.ne[2]) as usize;
+            // SAFETY: the weight plane holds `rows` rows of `stride` blocks (the last one `nb`), the quantized
+            // plane `cols` rows of `row_size` bytes in the work buffer; dst elements (r, c) of this plane lie
+            // inside dst, and this thread writes only rows r0..r1.
+            unsafe {
+                let w = (src0.data as *const u8).add(i02 * src0.nb[2] + i03 * src0.nb[3])
+                    as *const BlockQ2_0;
+                let w = std::slice::from_raw_parts(w.add(r0 * stride), (r1 - r0 - 1) * stride + nb);
+                let x = Rows::new(w, nb, stride, r1 - r0).expect("sized above");
+                let q =
+                    (p.wdata as *const u8).add(plane * cols * prod.row_size) as *const BlockQ8_0;
+                let q = std::slice::from_raw_parts(q, cols * prod.row_size / 34);
+                let y = Rows::packed(q, prod.row_size / 34);
+                let out =
+                    (dst.data as *mut u8).add(i12 as usize * dst.nb[2] + i13 as usize * dst.nb[3]);
+                let col_bytes = dst.nb[1];
+                kernels.mul_mat_q2_0_q8_0(x, y, &mut |r, c, v| {
+                    *(out.add(c * col_bytes) as *mut f32).add(r0 + r) = v;
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The preloaded `mul_mat` hook (`src/hook.rs`): its mirror of ggml's structs against the pinned headers, and
+//! the cases where it must stay out of the way (a ggml version it does not know, `GGML_LOWBIT_MULMAT=0`,
+//! verify mode) while the vec_dot exports still serve and the outputs stay identical. That the hook serves and
+//! gives stock's bits on every build, thread count and batch size is `tests/e2e.rs`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ggml_lowbit::ab::e2e::{self, Preload};
+
+fn lib() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
+        .parent()
+        .unwrap()
+        .join("libggml_lowbit.so")
+}
+
+/// A folder of its own for every call (the tests run in parallel).
+fn scratch(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "ggml-lowbit-hook-{}-{name}-{n}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn cc(args: &[String], out: &Path) {
+    let compiler = ggml_lowbit::ab::fork::default_compiler();
+    let status = Command::new(&compiler)
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", compiler.display()));
+    assert!(status.success(), "{} {args:?} failed", compiler.display());
+}
+
+fn tiny_model(dir: &Path) -> PathBuf {
+    let path = dir.join("tiny.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
+        .args(["model", "--preset", "tiny", "--seed", "5", "--out"])
+        .arg(&path)
+        .output()
+        .expect("run harness");
+    assert!(out.status.success());
+    path
+}
+
+#[test]
+fn struct_layouts_match_the_pinned_headers() {
+    use ggml_lowbit::hook::{ComputeParams, GgmlTensor};
+    use std::mem::{offset_of, size_of};
+    let tools = e2e::tools_dir("haswell").expect("stock haswell build");
+    let ggml = tools.parent().unwrap().join("src/llama.cpp/ggml");
+    let dir = scratch("layout");
+    let exe = dir.join("ggml_layout");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let inc = |p: &str| format!("-I{}", ggml.join(p).display());
+    cc(
+        &[
+            root.join("tests/c/ggml_layout.c").display().to_string(),
+            inc("include"),
+            inc("src"),
+            inc("src/ggml-cpu"),
+            format!("-L{}", tools.display()),
+            "-lggml-base".into(),
+            format!("-Wl,-rpath,{}", tools.display()),
+        ],
+        &exe,
+    );
+    let out = Command::new(&exe).output().expect("run layout probe");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let value = |name: &str| -> usize {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing from {text}"))
+    };
+    assert_eq!(value("ggml_tensor"), size_of::<GgmlTensor>());
+    assert_eq!(value("ggml_tensor.type"), offset_of!(GgmlTensor, type_));
+    assert_eq!(value("ggml_tensor.ne"), offset_of!(GgmlTensor, ne));
+    assert_eq!(value("ggml_tensor.nb"), offset_of!(GgmlTensor, nb));
+    assert_eq!(value("ggml_tensor.src"), offset_of!(GgmlTensor, src));
+    assert_eq!(value("ggml_tensor.data"), offset_of!(GgmlTensor, data));
+    assert_eq!(value("ggml_compute_params"), size_of::<ComputeParams>());
+    assert_eq!(
+        value("ggml_compute_params.ith"),
+        offset_of!(ComputeParams, ith)
+    );
+    assert_eq!(
+        value("ggml_compute_params.nth"),
+        offset_of!(ComputeParams, nth)
+    );
+    assert_eq!(
+        value("ggml_compute_params.wsize"),
+        offset_of!(ComputeParams, wsize)
+    );
+    assert_eq!(
+        value("ggml_compute_params.wdata"),
+        offset_of!(ComputeParams, wdata)
+    );
+    assert_eq!(
+        value("ggml_compute_params.threadpool"),
+        offset_of!(ComputeParams, threadpool)
+    );
+    assert_eq!(
+        value("ggml_compute_params.use_ref"),
+        offset_of!(ComputeParams, use_ref)
+    );
+    assert_eq!(value("GGML_TYPE_Q2_0"), 42);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs llama-completion on the tiny model, stock and preloaded with `env`; returns the preloaded run after
+/// checking the text is stock's and that our library served calls.
+fn completion_with(env: &[(&str, &str)]) -> e2e::ToolRun {
+    let dir = scratch("run");
+    let model = tiny_model(&dir);
+    let tools = e2e::tools_dir("haswell").expect("stock haswell build");
+    let args = e2e::completion_args(&model, 2, 8);
+    let lib = lib();
+    let stock = e2e::run_tool(&tools, "llama-completion", &args, None, false).expect("stock run");
+    let ours = e2e::run_tool(
+        &tools,
+        "llama-completion",
+        &args,
+        Some(Preload { lib: &lib, env }),
+        false,
+    )
+    .expect("preloaded run");
+    assert_eq!(stock.stdout, ours.stdout, "{}", ours.stderr);
+    assert!(e2e::served_calls(&ours) > 0, "{}", ours.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+    ours
+}
+
+#[test]
+fn a_ggml_version_the_hook_does_not_know_gets_vec_dot_interposition_only() {
+    let dir = scratch("fake");
+    let fake = dir.join("libfake_ggml_version.so");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    cc(
+        &[
+            "-shared".into(),
+            "-fPIC".into(),
+            root.join("tests/c/fake_ggml_version.c")
+                .display()
+                .to_string(),
+        ],
+        &fake,
+    );
+    let preload = format!("{}:{}", lib().display(), fake.display());
+    let run = completion_with(&[("LD_PRELOAD", &preload)]);
+    assert!(
+        run.stderr
+            .contains("mul_mat hook off (ggml 0.0.0-fake is not a version the hook knows)"),
+        "{}",
+        run.stderr
+    );
+    assert!(!e2e::hook_on(&run));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn mulmat_0_and_verify_mode_keep_the_hook_out() {
+    let run = completion_with(e2e::VEC_DOT_ONLY);
+    assert!(
+        run.stderr
+            .contains("mul_mat hook off (GGML_LOWBIT_MULMAT=0)"),
+        "{}",
+        run.stderr
+    );
+    let run = completion_with(&[("GGML_LOWBIT_VERIFY", "1")]);
+    assert!(
+        run.stderr.contains("mul_mat hook off (mode Verify"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains(" 0 mismatches"), "{}", run.stderr);
+    let run = completion_with(e2e::WITH_HOOK);
+    assert!(e2e::hook_on(&run), "{}", run.stderr);
+}
