@@ -36,4 +36,7 @@ fn main() {
         }
     }
     println!("cargo:rustc-env=GGML_LOWBIT_SOURCE_HASH={h:016x}");
+    // A SONAME, so that a program linked against the library (the patched llama.cpp, ggml-patch/) records the
+    // name rather than the path it was linked from.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libggml_lowbit.so");
 }

@@ -135,6 +135,40 @@ void ggml_lowbit_mul_mat_q2_0_q8_0(int n,
                                    int ncols);
 
 /*
+ The patched ggml-cpu's entry at the start of every MUL_MAT (`ggml-patch/cpu.patch`): computes whole Q2_0
+ products like the preloaded hook below and returns `true`, or returns `false` and leaves the op to ggml.
+
+ # Safety
+ ggml's contract: `params` is ggml-cpu's `struct ggml_compute_params`, `dst` a MUL_MAT tensor.
+ */
+bool ggml_lowbit_compute_forward_mul_mat(const void *params,
+                                         void *dst);
+
+/*
+ `ggml_vec_dot_q2_0_q8_0` under a name of our own, for a ggml linked against the library (`ggml-patch/`),
+ where ggml-cpu's own definition of the ggml name would win.
+
+ # Safety
+ As `ggml_vec_dot_q2_0_q8_0`.
+ */
+void ggml_lowbit_vec_dot_q2_0_q8_0(int n,
+                                   float *s,
+                                   size_t bs,
+                                   const void *vx,
+                                   size_t bx,
+                                   const void *vy,
+                                   size_t by,
+                                   int nrc);
+
+/*
+ `quantize_row_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+
+ # Safety
+ As `quantize_row_q8_0`.
+ */
+void ggml_lowbit_quantize_row_q8_0(const float *x, void *vy, int64_t k);
+
+/*
  ggml-cpu's hook at the start of every MUL_MAT (`hook.rs`): takes over Q2_0 products with the tile kernels
  when preloaded over a ggml it knows, and passes everything else to the real function. Not for direct calls.
 

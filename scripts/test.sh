@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check: formatting, clippy, and all tests (unit, against both stock builds, through the cdylib,
-# the header's freshness). Builds the pinned stock llama.cpp first (cached; installs cmake/ninja if missing).
+# the header's freshness, whole models through stock, preloaded and patched llama.cpp). Builds the pinned stock
+# llama.cpp first (cached; installs cmake/ninja if missing) and the patched one (under target/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,9 @@ cargo clippy --release --all-targets -- -D warnings
 echo "== cargo test --release"
 # The cdylib is only rebuilt by `cargo build`; the tests refuse a stale one.
 cargo build --release
+echo "== patched llama.cpp builds (ggml-patch/cpu.patch, linked against the library; rebuilt when the patch changes)"
+scripts/patched-llama.sh haswell
+scripts/patched-llama.sh x64
 log=$(mktemp)
 set +e
 cargo test --release 2>&1 | tee "$log"

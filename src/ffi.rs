@@ -182,6 +182,57 @@ pub unsafe extern "C" fn ggml_lowbit_mul_mat_q2_0_q8_0(
     })
 }
 
+/// The patched ggml-cpu's entry at the start of every MUL_MAT (`ggml-patch/cpu.patch`): computes whole Q2_0
+/// products like the preloaded hook below and returns `true`, or returns `false` and leaves the op to ggml.
+///
+/// # Safety
+/// ggml's contract: `params` is ggml-cpu's `struct ggml_compute_params`, `dst` a MUL_MAT tensor.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_compute_forward_mul_mat(
+    params: *const c_void,
+    dst: *mut c_void,
+) -> bool {
+    // SAFETY: ggml's contract, passed on.
+    guard("ggml_lowbit_compute_forward_mul_mat", || unsafe {
+        crate::hook::compute_forward_mul_mat(params as *const _, dst as *mut _)
+    })
+}
+
+/// `ggml_vec_dot_q2_0_q8_0` under a name of our own, for a ggml linked against the library (`ggml-patch/`),
+/// where ggml-cpu's own definition of the ggml name would win.
+///
+/// # Safety
+/// As `ggml_vec_dot_q2_0_q8_0`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_vec_dot_q2_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_vec_dot_q2_0_q8_0", || unsafe {
+        interpose::vec_dot_q2_0_q8_0(args)
+    })
+}
+
+/// `quantize_row_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+///
+/// # Safety
+/// As `quantize_row_q8_0`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_quantize_row_q8_0", || unsafe {
+        interpose::quantize_row_q8_0(x, vy, k)
+    })
+}
+
 /// ggml-cpu's hook at the start of every MUL_MAT (`hook.rs`): takes over Q2_0 products with the tile kernels
 /// when preloaded over a ggml it knows, and passes everything else to the real function. Not for direct calls.
 ///

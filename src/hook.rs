@@ -74,12 +74,9 @@ fn hook() -> &'static Hook {
     static HOOK: OnceLock<Hook> = OnceLock::new();
     HOOK.get_or_init(|| {
         let c = config();
-        let next = next_symbol::<MulMatTiledFn>(
-            c"ggml_compute_forward_mul_mat_tiled",
-            crate::ffi::ggml_compute_forward_mul_mat_tiled as *const () as usize,
-        );
-        let barrier = next_symbol::<BarrierFn>(c"ggml_barrier", 0);
-        let version = next_symbol::<VersionFn>(c"ggml_version", 0).map(|f| {
+        let next = next_symbol::<MulMatTiledFn>(c"ggml_compute_forward_mul_mat_tiled");
+        let barrier = next_symbol::<BarrierFn>(c"ggml_barrier");
+        let version = next_symbol::<VersionFn>(c"ggml_version").map(|f| {
             // SAFETY: ggml_version returns a static NUL-terminated string.
             unsafe { CStr::from_ptr(f()).to_string_lossy().into_owned() }
         });
@@ -97,7 +94,7 @@ fn hook() -> &'static Hook {
             Some("GGML_LOWBIT_MULMAT=0".to_string())
         } else if c.mode != Mode::Serve {
             Some(format!("mode {:?} compares or passes each vec_dot call", c.mode))
-        } else if next.is_none() || barrier.is_none() {
+        } else if barrier.is_none() {
             Some("no ggml-cpu behind the library".to_string())
         } else {
             match &version {
@@ -168,28 +165,49 @@ unsafe fn product(p: &ComputeParams, dst: &GgmlTensor) -> Option<Product> {
     })
 }
 
-/// The hook: see the module documentation.
+/// The preloaded hook: see the module documentation.
 ///
 /// # Safety
 /// ggml's contract for `ggml_compute_forward_mul_mat_tiled`.
 pub unsafe fn mul_mat_tiled(params: *const ComputeParams, dst: *mut GgmlTensor) -> bool {
-    let h = hook();
-    let pass = || match h.next {
+    // SAFETY: the caller's contract, passed on.
+    if unsafe { serve(params, dst) } {
+        return true;
+    }
+    match hook().next {
         // SAFETY: the real function, with the caller's own arguments.
         Some(next) => unsafe { next(params, dst) },
         None => false,
-    };
+    }
+}
+
+/// The patched build's entry (`ggml-patch/cpu.patch` calls it at the start of every MUL_MAT): `true` when the
+/// product was computed here, `false` to let ggml go on.
+///
+/// # Safety
+/// As `mul_mat_tiled`.
+pub unsafe fn compute_forward_mul_mat(params: *const ComputeParams, dst: *mut GgmlTensor) -> bool {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { serve(params, dst) }
+}
+
+/// Computes the product when the hook is on and `dst` is one it takes; `false` otherwise (nothing written).
+///
+/// # Safety
+/// As `mul_mat_tiled`.
+unsafe fn serve(params: *const ComputeParams, dst: *mut GgmlTensor) -> bool {
+    let h = hook();
     if h.off.is_some() {
-        return pass();
+        return false;
     }
     // SAFETY: ggml passes valid params and dst.
     let (p, d) = unsafe { (&*params, &*dst) };
     if p.use_ref {
-        return pass();
+        return false;
     }
     // SAFETY: as above.
     let Some(prod) = (unsafe { product(p, d) }) else {
-        return pass();
+        return false;
     };
     let barrier = h.barrier.expect("checked when the hook was set up");
     // SAFETY: `product` checked the shapes, strides and the work buffer's size; every thread of the op runs

@@ -58,12 +58,28 @@ pub struct Config {
     pub kernels: Kernels,
 }
 
-/// `dlsym(RTLD_NEXT, name)`, ignoring a hit on our own definition (`ours`, 0 for a symbol we do not define).
-pub(crate) fn next_symbol<T: Copy>(name: &std::ffi::CStr, ours: usize) -> Option<T> {
+/// Whether `p` lies in the object (shared library or executable) this code was loaded from. Addresses of our
+/// own exported functions cannot be used for that: in a library linked *behind* ggml (the patched build,
+/// `ggml-patch/`), references to an exported name resolve to the first definition in the process, which is
+/// ggml-cpu's; the object a private function lies in is ours in every setting.
+fn is_ours(p: *mut c_void) -> bool {
+    fn base(p: *const c_void) -> Option<usize> {
+        // SAFETY: dladdr only reads the loader's tables and fills `info`.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        (unsafe { libc::dladdr(p, &mut info) } != 0).then_some(info.dli_fbase as usize)
+    }
+    static OURS: OnceLock<Option<usize>> = OnceLock::new();
+    let ours = *OURS.get_or_init(|| base(is_ours as *const c_void));
+    ours.is_some() && base(p) == ours
+}
+
+/// The stock definition of `name`: `dlsym(RTLD_NEXT, name)`, else the loaded ggml libraries' own (see
+/// `loaded_ggml_symbol`); never one in our own object.
+pub(crate) fn next_symbol<T: Copy>(name: &std::ffi::CStr) -> Option<T> {
     // SAFETY: dlsym with a NUL-terminated name has no other precondition.
     let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-    if p.is_null() || p as usize == ours {
-        p = loaded_ggml_symbol(name, ours)?;
+    if p.is_null() || is_ours(p) {
+        p = loaded_ggml_symbol(name)?;
     }
     debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
     // SAFETY: `T` is the function-pointer type of `name`'s ggml signature (see `find_next`).
@@ -72,9 +88,10 @@ pub(crate) fn next_symbol<T: Copy>(name: &std::ffi::CStr, ours: usize) -> Option
 
 /// The symbol `name` in a loaded ggml library that is not reachable through `RTLD_NEXT`: a `GGML_BACKEND_DL`
 /// build `dlopen`s `libggml-cpu*.so` with `RTLD_LOCAL`, so its definitions are outside the global scope (calls
-/// from it still reach ours, preloaded libraries come first). Each loaded object whose path mentions ggml is
-/// reopened with `RTLD_NOLOAD` and asked for the symbol.
-fn loaded_ggml_symbol(name: &std::ffi::CStr, ours: usize) -> Option<*mut c_void> {
+/// from it still reach ours, preloaded libraries come first), and a ggml linked against this library (the
+/// patched build) was loaded before it. Each loaded object whose path mentions ggml is reopened with
+/// `RTLD_NOLOAD` and asked for the symbol.
+fn loaded_ggml_symbol(name: &std::ffi::CStr) -> Option<*mut c_void> {
     unsafe extern "C" fn collect(
         info: *mut libc::dl_phdr_info,
         _size: usize,
@@ -106,42 +123,20 @@ fn loaded_ggml_symbol(name: &std::ffi::CStr, ours: usize) -> Option<*mut c_void>
             }
             let p = libc::dlsym(h, name.as_ptr());
             libc::dlclose(h);
-            (!p.is_null() && p as usize != ours).then_some(p)
+            (!p.is_null() && !is_ours(p)).then_some(p)
         }
     })
 }
 
 fn find_next() -> Next {
-    use crate::ffi;
     Next {
-        vec_dot_q2_0_q8_0: next_symbol::<VecDotFn>(
-            c"ggml_vec_dot_q2_0_q8_0",
-            ffi::ggml_vec_dot_q2_0_q8_0 as *const () as usize,
-        ),
-        quantize_row_q8_0: next_symbol::<QuantizeRowFn>(
-            c"quantize_row_q8_0",
-            ffi::quantize_row_q8_0 as *const () as usize,
-        ),
-        dequantize_row_q2_0: next_symbol::<DequantizeRowFn>(
-            c"dequantize_row_q2_0",
-            ffi::dequantize_row_q2_0 as *const () as usize,
-        ),
-        vec_dot_pq2_0_q8_0: next_symbol::<VecDotFn>(
-            c"ggml_vec_dot_pq2_0_q8_0",
-            ffi::ggml_vec_dot_pq2_0_q8_0 as *const () as usize,
-        ),
-        dequantize_row_pq2_0: next_symbol::<DequantizeRowFn>(
-            c"dequantize_row_pq2_0",
-            ffi::dequantize_row_pq2_0 as *const () as usize,
-        ),
-        vec_dot_ptq1_0_q8_0: next_symbol::<VecDotFn>(
-            c"ggml_vec_dot_ptq1_0_q8_0",
-            ffi::ggml_vec_dot_ptq1_0_q8_0 as *const () as usize,
-        ),
-        dequantize_row_ptq1_0: next_symbol::<DequantizeRowFn>(
-            c"dequantize_row_ptq1_0",
-            ffi::dequantize_row_ptq1_0 as *const () as usize,
-        ),
+        vec_dot_q2_0_q8_0: next_symbol::<VecDotFn>(c"ggml_vec_dot_q2_0_q8_0"),
+        quantize_row_q8_0: next_symbol::<QuantizeRowFn>(c"quantize_row_q8_0"),
+        dequantize_row_q2_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_q2_0"),
+        vec_dot_pq2_0_q8_0: next_symbol::<VecDotFn>(c"ggml_vec_dot_pq2_0_q8_0"),
+        dequantize_row_pq2_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_pq2_0"),
+        vec_dot_ptq1_0_q8_0: next_symbol::<VecDotFn>(c"ggml_vec_dot_ptq1_0_q8_0"),
+        dequantize_row_ptq1_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_ptq1_0"),
     }
 }
 

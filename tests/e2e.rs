@@ -1,7 +1,8 @@
 //! Tier 3, whole models: a synthetic tiny Q2_0 model run through the stock llama.cpp tools of both builds with
 //! and without the preload (`ggml-lowbit-ab e2e`), the preload with the vec_dot exports only and with the
-//! `mul_mat` hook: identical greedy text and identical perplexity per chunk, at micro-batch sizes 1, 7, 8, 33
-//! and 128 (decode, small and large prefill) and with 1 and 2 threads.
+//! `mul_mat` hook, and the patched build (`ggml-patch/cpu.patch`, built by `scripts/patched-llama.sh`):
+//! identical greedy text and identical perplexity per chunk, at micro-batch sizes 1, 7, 8, 33 and 128 (decode,
+//! small and large prefill) and with 1 and 2 threads.
 //! Also the model generator's determinism and the bad-input contract of `model` and `e2e`.
 
 use std::path::PathBuf;
@@ -66,6 +67,20 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every
         "{stdout}"
     );
     assert!(stdout.contains(" calls)"));
+    // The patched builds (haswell, x64) ran too: their column holds perplexity values, not "-".
+    let patched_rows = stdout
+        .lines()
+        .filter(|l| {
+            l.contains("llama-perplexity")
+                && (l.starts_with("| haswell ") || l.starts_with("| x64 "))
+        })
+        .filter(|l| {
+            l.split('|')
+                .nth(6)
+                .is_some_and(|cell| cell.contains("PPL ="))
+        })
+        .count();
+    assert_eq!(patched_rows, 10, "{stdout}");
     // One thread too: a different split of the work must give the same bits.
     let out = harness(&[
         "e2e",
@@ -202,7 +217,7 @@ fn backend_dl_build_gives_identical_outputs_and_the_probe_finds_the_dlopened_bac
         "llama-completion",
         &e2e::completion_args(&model, 1, 4),
         Some(e2e::Preload {
-            lib: &lib,
+            lib: Some(&lib),
             env: e2e::WITH_HOOK,
         }),
         false,

@@ -127,7 +127,10 @@ fn completion_with(env: &[(&str, &str)]) -> e2e::ToolRun {
         &tools,
         "llama-completion",
         &args,
-        Some(Preload { lib: &lib, env }),
+        Some(Preload {
+            lib: Some(&lib),
+            env,
+        }),
         false,
     )
     .expect("preloaded run");

@@ -45,10 +45,11 @@ pub struct ToolRun {
     pub seconds: f64,
 }
 
-/// How a tool runs: stock alone, or with our library preloaded and these extra environment variables.
+/// How a tool runs with our library: preloaded (`lib`) or linked in (the patched build: `None`), with these
+/// extra environment variables.
 #[derive(Clone, Copy, Debug)]
 pub struct Preload<'a> {
-    pub lib: &'a Path,
+    pub lib: Option<&'a Path>,
     pub env: &'a [(&'a str, &'a str)],
 }
 
@@ -86,7 +87,9 @@ fn run_once(
         cmd.env_remove(var);
     }
     if let Some(p) = preload {
-        cmd.env("LD_PRELOAD", p.lib);
+        if let Some(lib) = p.lib {
+            cmd.env("LD_PRELOAD", lib);
+        }
         cmd.envs(p.env.iter().copied());
         if !quiet {
             cmd.env("GGML_LOWBIT_LOG", "1");
@@ -300,4 +303,31 @@ pub fn read_bandwidth(threads: usize) -> f64 {
 /// Where the tools of one stock build variant are (`haswell`, `x64`, `haswell-dl`).
 pub fn tools_dir(variant: &str) -> Result<PathBuf, String> {
     crate::stock::ensure_built_variant(variant)
+}
+
+/// Where the tools of the patched build (`ggml-patch/cpu.patch`, linked against this checkout's library) of a
+/// stock variant are, building them on first use (`scripts/patched-llama.sh`); `None` for a variant without one
+/// (`haswell-dl`).
+pub fn patched_tools_dir(variant: &str) -> Result<Option<PathBuf>, String> {
+    if !matches!(variant, "haswell" | "x64") {
+        return Ok(None);
+    }
+    let script = crate::stock::scripts_dir().join("patched-llama.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(variant)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let dir = stdout.lines().last().map(str::trim).unwrap_or_default();
+    if !out.status.success() || !Path::new(dir).join("llama-completion").is_file() {
+        return Err(format!(
+            "{} {variant} failed ({})",
+            script.display(),
+            out.status
+        ));
+    }
+    Ok(Some(PathBuf::from(dir)))
 }

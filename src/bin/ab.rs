@@ -332,6 +332,8 @@ struct E2eLine {
     vec_dot: String,
     #[tabled(rename = "preload with mul_mat hook")]
     hook: String,
+    #[tabled(rename = "patched build (ggml-patch)")]
+    patched: String,
     result: String,
 }
 
@@ -376,31 +378,55 @@ fn cmd_e2e(
     std::fs::write(&text, e2e::perplexity_text()).map_err(|e| e.to_string())?;
     let mut lines = Vec::new();
     let mut ok = true;
-    let mut tg_rates: Option<(f64, f64)> = None;
+    let mut tg_rates: Option<(f64, f64, Option<f64>)> = None;
+    // Bandwidth is measured before and after the runs and the higher value kept: on a shared machine it moves
+    // (33–55 GB/s here), and the higher ceiling is the stricter yardstick for decode.
+    let bw_before = (!no_bench).then(|| e2e::read_bandwidth(threads));
     for variant in build.variants() {
         let dir = e2e::tools_dir(variant)?;
+        let patched_dir = e2e::patched_tools_dir(variant)?;
         let b = variant.to_string();
-        // Stock, then preloaded with the vec_dot exports only, then with the mul_mat hook on as well.
-        let three = |tool: &str, args: &[String]| -> Result<[ToolRun; 3]> {
+        // Stock, preloaded with the vec_dot exports only, preloaded with the mul_mat hook on as well, and the
+        // patched build (where there is one).
+        let four = |tool: &str, args: &[String]| -> Result<[Option<ToolRun>; 4]> {
             let timing = tool == "llama-bench";
-            let with = |env| Some(Preload { lib: &lib, env });
+            let with = |env| {
+                Some(Preload {
+                    lib: Some(lib.as_path()),
+                    env,
+                })
+            };
             let stock = e2e::run_tool(&dir, tool, args, None, timing)?;
             let vec_dot = e2e::run_tool(&dir, tool, args, with(e2e::VEC_DOT_ONLY), timing)?;
             let hook = e2e::run_tool(&dir, tool, args, with(e2e::WITH_HOOK), timing)?;
+            let linked = Some(Preload {
+                lib: None,
+                env: &[],
+            });
+            let patched = match &patched_dir {
+                Some(p) => Some(e2e::run_tool(p, tool, args, linked, timing)?),
+                None => None,
+            };
             if !timing {
-                if e2e::served_calls(&vec_dot) == 0 || e2e::served_calls(&hook) == 0 {
-                    return Err(format!(
-                        "{tool} under the preload made no call into ggml-lowbit"
-                    ));
+                let ours = [
+                    ("the preload", Some(&vec_dot)),
+                    ("the preload", Some(&hook)),
+                    ("the patched build", patched.as_ref()),
+                ];
+                for (what, run) in ours {
+                    if run.is_some_and(|r| e2e::served_calls(r) == 0) {
+                        return Err(format!("{tool} with {what} made no call into ggml-lowbit"));
+                    }
                 }
-                if !e2e::hook_on(&hook) {
+                if !e2e::hook_on(&hook) || patched.as_ref().is_some_and(|r| !e2e::hook_on(r)) {
                     return Err(format!(
-                        "{tool}: the mul_mat hook did not switch on over the {variant} build (GGML_LOWBIT_LOG=1 says why)"
+                        "{tool}: the whole-product path did not switch on over the {variant} build (GGML_LOWBIT_LOG=1 says why)"
                     ));
                 }
             }
-            Ok([stock, vec_dot, hook])
+            Ok([Some(stock), Some(vec_dot), Some(hook), patched])
         };
+        let none = || "-".to_string();
         let verdict = |same: bool, what: &str| {
             if same {
                 what.to_string()
@@ -408,64 +434,88 @@ fn cmd_e2e(
                 "DIFFERENT".to_string()
             }
         };
-        let [s, v, h] = three(
+        let [s, v, h, pt] = four(
             "llama-completion",
             &e2e::completion_args(&model, threads, n_predict),
         )?;
-        let same = s.stdout == v.stdout && s.stdout == h.stdout;
+        let (s, v, h) = (s.expect("ran"), v.expect("ran"), h.expect("ran"));
+        let same = s.stdout == v.stdout
+            && s.stdout == h.stdout
+            && pt.as_ref().is_none_or(|p| p.stdout == s.stdout);
         ok &= same;
         let calls =
-            |r: &ToolRun| format!("{} ({} calls)", short(&r.stdout, 36), e2e::served_calls(r));
+            |r: &ToolRun| format!("{} ({} calls)", short(&r.stdout, 24), e2e::served_calls(r));
         lines.push(E2eLine {
             build: b.clone(),
             check: format!("llama-completion, greedy, {n_predict} tokens, {threads} thread(s)"),
-            stock: short(&s.stdout, 36),
+            stock: short(&s.stdout, 24),
             vec_dot: calls(&v),
             hook: calls(&h),
+            patched: pt.as_ref().map_or_else(none, calls),
             result: verdict(same, "identical text"),
         });
         for &ub in if ppl_chunks > 0 { ubatch } else { &[] } {
             let args = e2e::perplexity_args(&model, &text, threads, ppl_chunks, ub);
-            let [s, v, h] = three("llama-perplexity", &args)?;
-            let [(sv, sf), (vv, vf), (hv, hf)] = [&s, &v, &h].map(e2e::perplexity_values);
-            let same = !sv.is_empty() && sv == vv && sv == hv && sf == vf && sf == hf;
+            let runs = four("llama-perplexity", &args)?;
+            let values: Vec<Option<(Vec<String>, Option<String>)>> = runs
+                .iter()
+                .map(|r| r.as_ref().map(e2e::perplexity_values))
+                .collect();
+            let (sv, sf) = values[0].clone().expect("ran");
+            let same = !sv.is_empty() && values.iter().flatten().all(|(v, f)| *v == sv && *f == sf);
             ok &= same;
-            let est = |f: Option<String>| f.unwrap_or_else(|| "no estimate".into());
+            let est = |i: usize| match &values[i] {
+                Some((_, f)) => f.clone().unwrap_or_else(|| "no estimate".into()),
+                None => none(),
+            };
             lines.push(E2eLine {
                 build: b.clone(),
                 check: format!(
                     "llama-perplexity, {} chunks of 128, ubatch {ub}, {threads} thread(s)",
                     sv.len()
                 ),
-                stock: est(sf),
-                vec_dot: est(vf),
-                hook: est(hf),
+                stock: est(0),
+                vec_dot: est(1),
+                hook: est(2),
+                patched: est(3),
                 result: verdict(same, "identical per-chunk values"),
             });
         }
         if !no_bench && dir.join("llama-bench").is_file() {
             let args = e2e::bench_args(&model, threads);
-            let [s, v, h] = three("llama-bench", &args)?;
-            let [(sp, sg), (vp, vg), (hp, hg)] = [
-                e2e::bench_rates(&s)?,
-                e2e::bench_rates(&v)?,
-                e2e::bench_rates(&h)?,
-            ];
-            for (test, stock, vec_dot, hook) in [("pp16", sp, vp, hp), ("tg4", sg, vg, hg)] {
+            let runs = four("llama-bench", &args)?;
+            let rates: Vec<Option<(f64, f64)>> = runs
+                .iter()
+                .map(|r| r.as_ref().map(e2e::bench_rates).transpose())
+                .collect::<Result<_>>()?;
+            let (sp, sg) = rates[0].expect("ran");
+            for (test, generation, stock) in [("pp16", false, sp), ("tg4", true, sg)] {
+                let cell = |i: usize| match rates[i] {
+                    Some((p, g)) => {
+                        let v = if generation { g } else { p };
+                        format!("{v:.2} tok/s ({:.2}x)", v / stock)
+                    }
+                    None => none(),
+                };
                 lines.push(E2eLine {
                     build: b.clone(),
                     check: format!("llama-bench {test}, {threads} thread(s)"),
                     stock: format!("{stock:.2} tok/s"),
-                    vec_dot: format!("{vec_dot:.2} tok/s ({:.2}x)", vec_dot / stock),
-                    hook: format!("{hook:.2} tok/s ({:.2}x)", hook / stock),
+                    vec_dot: cell(1),
+                    hook: cell(2),
+                    patched: cell(3),
                     result: "speed".into(),
                 });
             }
-            tg_rates.get_or_insert((vg, hg));
+            tg_rates.get_or_insert((
+                rates[1].expect("ran").1,
+                rates[2].expect("ran").1,
+                rates[3].map(|r| r.1),
+            ));
         }
     }
     if !no_bench {
-        let bw = e2e::read_bandwidth(threads);
+        let bw = e2e::read_bandwidth(threads).max(bw_before.unwrap_or(0.0));
         let bytes = std::fs::metadata(&model).map(|m| m.len()).unwrap_or(0) as f64;
         let ceiling = bw * 1e9 / bytes;
         let share = |tg: Option<f64>| match tg {
@@ -474,10 +524,13 @@ fn cmd_e2e(
         };
         lines.push(E2eLine {
             build: "-".into(),
-            check: format!("read bandwidth, {threads} thread(s), 2 GiB: {bw:.1} GB/s"),
+            check: format!(
+                "read bandwidth, {threads} thread(s), 2 GiB, best of before/after: {bw:.1} GB/s"
+            ),
             stock: format!("decode ceiling {ceiling:.2} tok/s"),
             vec_dot: share(tg_rates.map(|r| r.0)),
             hook: share(tg_rates.map(|r| r.1)),
+            patched: share(tg_rates.and_then(|r| r.2)),
             result: format!("model {:.2} GiB", bytes / (1u64 << 30) as f64),
         });
     }
