@@ -44,11 +44,16 @@ if [ ! -f "$src/.patch-$key" ]; then
   echo "patched-llama.sh: applying ggml-patch/cpu.patch to a copy of the stock tree" >&2
   rm -rf "$src" "$src.tmp"
   mkdir -p "$src.tmp"
-  tar -C "$stock_src" -cf - --exclude=./models --exclude=./docs --exclude=./.complete . | tar -C "$src.tmp" -xf -
+  # The sdist's tree carries a .git file (it was a submodule) pointing nowhere, which git apply would follow
+  # and fail on: left out for the patching.
+  tar -C "$stock_src" -cf - --exclude=./models --exclude=./docs --exclude=./.complete --exclude=./.git . \
+    | tar -C "$src.tmp" -xf -
   # git apply (git is there wherever this checkout came from), kept from finding this checkout's repository
   # above the copy, so paths are relative to the copy.
   (cd "$src.tmp" && GIT_CEILING_DIRECTORIES="$work" git apply -p1 "$patch_file") \
     || die "ggml-patch/cpu.patch does not apply"
+  # Put it back afterwards, so the build's commit string reads "unknown" as the stock build's does.
+  if [ -e "$stock_src/.git" ]; then cp -a "$stock_src/.git" "$src.tmp/.git"; fi
   touch "$src.tmp/.patch-$key"
   mv "$src.tmp" "$src"
 fi

@@ -10,6 +10,9 @@
 //!
 //! Used by the C API (`ggml_lowbit_mul_mat_q2_0_q8_0`) and by the preloaded `mul_mat` hook (`hook.rs`).
 
+use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
+use crate::formats::q8_0::BlockQ8_0;
+
 /// `rows` rows of `nb` blocks each, row `r` starting at block `r · stride` of `blocks`: a weight matrix (`B` a
 /// weight block) or a set of quantized activation columns (`B = BlockQ8_0`).
 #[derive(Clone, Copy, Debug)]
@@ -87,7 +90,7 @@ impl<'a, B> Rows<'a, B> {
 /// Where a product's elements go: `emit(row, column, value)`.
 pub type Emit<'e> = &'e mut dyn FnMut(usize, usize, f32);
 
-/// The product as one `vec_dot` per (row, column) pair: what instruction sets without a tile kernel run.
+/// The product as one `vec_dot` per (row, column) pair: what the scalar table runs.
 pub fn mul_mat_by_pairs<W, A>(
     vec_dot: impl Fn(&[W], &[A]) -> f32,
     x: Rows<'_, W>,
@@ -100,4 +103,113 @@ pub fn mul_mat_by_pairs<W, A>(
             emit(r, c, vec_dot(x.row(r), col));
         }
     }
+}
+
+/// One batch (eight Q2_0 blocks, sixteen q8_0 blocks) of an activation column prepared for a tile kernel:
+/// - `q[h][k]`: for the four blocks `4h..4h+4` of the batch, byte `16·g + i` is the quant that meets weight
+///   `4i + k` of block `4h + g` (weight `w` meets quant `w % 32` of q8_0 block `2b + w / 32`), so a dot product
+///   of field `k` of the packed code bytes (`(byte >> 2k) & 3`, in place) against `q[h][k]` sums the right
+///   products without expanding the codes to one byte per weight;
+/// - `qsum`: `Σ q` of each q8_0 block (the `−1` of `c − 1`, subtracted once per half), and `d1`: its scale as a
+///   float, both in the lane order the instruction set's kernel produces its sums in (`avx512.rs`: lane
+///   `8h + b` for q8_0 block `2b + h`; `avx2.rs`: see there).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub struct Q2ColumnBatch {
+    pub(crate) q: [[[u8; 64]; 4]; 2],
+    pub(crate) qsum: [i32; 16],
+    pub(crate) d1: [f32; 16],
+}
+
+impl Q2ColumnBatch {
+    pub(crate) const ZERO: Q2ColumnBatch = Q2ColumnBatch {
+        q: [[[0; 64]; 4]; 2],
+        qsum: [0; 16],
+        d1: [0.0; 16],
+    };
+}
+
+/// An instruction set's column preparation: the full batches of one q8_0 column into `out`.
+pub(crate) type PrepareColumn = unsafe fn(&[BlockQ8_0], &mut Vec<Q2ColumnBatch>);
+/// An instruction set's row kernel: the running sums of `R` rows (pointers to their first block) after every
+/// full batch of a prepared column.
+pub(crate) type TileRows<const R: usize> = unsafe fn([*const u8; R], &[Q2ColumnBatch]) -> [f32; R];
+
+/// Rows per tile step: enough independent chains to hide the 4-cycle FMA latency.
+const TILE_ROWS: usize = 4;
+/// Prepared columns kept at once: about 512 KiB of them, so they stay in L2 while the rows pass.
+const PREPARED_BYTES: usize = 512 << 10;
+
+/// The tile driver shared by the instruction sets: columns in chunks that stay in L2 once prepared, rows four
+/// at a time against each column of the chunk, the tail rows one at a time, and each row's blocks past the last
+/// full batch through the scalar chain (so every element has the bits of `vec_dot_q2_0_q8_0::<FMA>`).
+///
+/// Tile step `t` runs rows `t, t + q, t + 2q, t + 3q` (`q = rows / 4`): four long sequential streams through
+/// the matrix, which the hardware prefetchers follow. (Four adjacent rows instead are four streams of one row
+/// each, too short to train on: a decode then waits on memory latency at about 6 GB/s per thread.) The chunk's
+/// columns are innermost, so a step's rows stay in L1 across them.
+///
+/// # Safety
+/// `prepare`, `rows4` and `rows1` must be safe to call on this CPU; `y.nb() >= 2 * x.nb()`.
+pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
+    x: Rows<'_, BlockQ2_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+    prepare: PrepareColumn,
+    rows4: TileRows<TILE_ROWS>,
+    rows1: TileRows<1>,
+) {
+    thread_local! {
+        static PREPARED: std::cell::RefCell<Vec<Vec<Q2ColumnBatch>>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let nb = x.nb();
+    let done = 8 * (nb / 8);
+    let batch_bytes = std::mem::size_of::<Q2ColumnBatch>() * (nb / 8).max(1);
+    let chunk = (PREPARED_BYTES / batch_bytes).max(1);
+    let finish = |emit: &mut dyn FnMut(usize, usize, f32), r: usize, c: usize, sumf: f32| {
+        let (row, col) = (x.row(r), y.row(c));
+        emit(
+            r,
+            c,
+            vec_dot_q2_0_q8_0_from::<FMA>(sumf, &row[done..], &col[2 * done..2 * nb]),
+        );
+    };
+    PREPARED.with_borrow_mut(|prepared| {
+        let mut c0 = 0;
+        while c0 < y.rows() {
+            let c1 = (c0 + chunk).min(y.rows());
+            if prepared.len() < c1 - c0 {
+                prepared.resize_with(c1 - c0, Vec::new);
+            }
+            for c in c0..c1 {
+                // SAFETY: the caller vouches for the CPU.
+                unsafe { prepare(&y.row(c)[..2 * done], &mut prepared[c - c0]) };
+            }
+            let q = x.rows() / TILE_ROWS;
+            for t in 0..q {
+                let rows: [usize; TILE_ROWS] = std::array::from_fn(|i| t + i * q);
+                for c in c0..c1 {
+                    // SAFETY: the rows exist and hold nb ≥ 8·prepared.len() blocks each; the CPU as above.
+                    let sums = unsafe {
+                        rows4(
+                            rows.map(|r| x.row(r).as_ptr() as *const u8),
+                            &prepared[c - c0],
+                        )
+                    };
+                    for (r, s) in rows.into_iter().zip(sums) {
+                        finish(emit, r, c, s);
+                    }
+                }
+            }
+            for r in TILE_ROWS * q..x.rows() {
+                for c in c0..c1 {
+                    // SAFETY: as above.
+                    let sums =
+                        unsafe { rows1([x.row(r).as_ptr() as *const u8], &prepared[c - c0]) };
+                    finish(emit, r, c, sums[0]);
+                }
+            }
+            c0 = c1;
+        }
+    });
 }

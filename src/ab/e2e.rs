@@ -81,7 +81,6 @@ fn run_once(
         "GGML_LOWBIT_DISABLE",
         "GGML_LOWBIT_LOG",
         "GGML_LOWBIT_MULMAT",
-        "GGML_LOWBIT_ISA",
         "LD_PRELOAD",
     ] {
         cmd.env_remove(var);

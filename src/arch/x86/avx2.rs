@@ -15,7 +15,7 @@ use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::{quantize_block_q8_0_ref_model, BlockQ8_0, QK8_0};
 use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf};
-use crate::tiles::{mul_mat_by_pairs, Emit, Rows};
+use crate::tiles::{mul_mat_q2_0_tiles, Emit, Q2ColumnBatch, Rows};
 
 const Q2_BYTES: usize = 18;
 const Q8_BYTES: usize = 34;
@@ -183,19 +183,237 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     vec_dot_q2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[2 * done..])
 }
 
-/// `W · Y` as one `vec_dot_q2_0_q8_0` per pair: this instruction set has no tile kernel (the AVX-512 one relies
-/// on VNNI dot products of packed fields and byte permutes across 64 bytes).
+/// Lane order of the AVX2 tile kernel's per-batch vectors (`q2_tile_terms`): lane `l` holds block
+/// `AVX2_TILE_BLOCKS[l]` (what two `vphaddd` and one `vshufps` leave, kept instead of permuted back).
+const AVX2_TILE_BLOCKS: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
+
+/// `vpshufb` index grouping one 16-quant lane by field: bytes `4k..4k+4` take the quants of weights `4i + k`.
+const FIELD_GROUPS: [u8; 32] = {
+    let mut t = [0u8; 32];
+    let mut j = 0;
+    while j < 32 {
+        t[j] = (16 * (j / 16) + 4 * (j % 4) + (j % 16) / 4) as u8;
+        j += 1;
+    }
+    t
+};
+
+/// Prepares the full batches of one q8_0 column (`y.len() / 16` of them) into `out`, in the layout of
+/// `tiles::Q2ColumnBatch` (the quants exactly as the AVX-512 preparation lays them out; `qsum` and `d1` in
+/// `AVX2_TILE_BLOCKS` order: lane `8h + l` for q8_0 block `2·AVX2_TILE_BLOCKS[l] + h`).
 ///
 /// # Safety
-/// As `vec_dot_q2_0_q8_0`, for every pair.
+/// The CPU must have AVX2 and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q2_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q2ColumnBatch>) {
+    out.clear();
+    let yp = y.as_ptr() as *const u8;
+    // SAFETY: batch k < y.len() / 16 reads q8_0 blocks 16k..16k+16 of `y`; stores go to the local batch.
+    unsafe {
+        let groups = _mm256_loadu_si256(FIELD_GROUPS.as_ptr() as *const __m256i);
+        let interleave = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for k in 0..y.len() / 16 {
+            let yb = yp.add(16 * k * Q8_BYTES);
+            let mut batch = Q2ColumnBatch::ZERO;
+            for b in 0..8 {
+                // Block b's 64 quants: lanes L0..L3 of 16; each lane grouped by field, then a 4 × 4 transpose
+                // of dwords gathers field f's four dwords [L0, L1, L2, L3].
+                let q = yb.add(2 * b * Q8_BYTES + 2);
+                let a = _mm256_shuffle_epi8(_mm256_loadu_si256(q as *const __m256i), groups);
+                let c = _mm256_shuffle_epi8(
+                    _mm256_loadu_si256(q.add(Q8_BYTES) as *const __m256i),
+                    groups,
+                );
+                let f01 = _mm256_permutevar8x32_epi32(_mm256_unpacklo_epi32(a, c), interleave);
+                let f23 = _mm256_permutevar8x32_epi32(_mm256_unpackhi_epi32(a, c), interleave);
+                let (h, g) = (b / 4, b % 4);
+                let fields = [
+                    _mm256_castsi256_si128(f01),
+                    _mm256_extracti128_si256::<1>(f01),
+                    _mm256_castsi256_si128(f23),
+                    _mm256_extracti128_si256::<1>(f23),
+                ];
+                for (f, v) in fields.into_iter().enumerate() {
+                    _mm_storeu_si128(batch.q[h][f].as_mut_ptr().add(16 * g) as *mut __m128i, v);
+                }
+            }
+            let mut d1_bits = [0u16; 16];
+            for (l, &b) in AVX2_TILE_BLOCKS.iter().enumerate() {
+                for h in 0..2 {
+                    let block = &y[16 * k + 2 * b + h];
+                    batch.qsum[8 * h + l] = block.qs.iter().map(|&v| v as i32).sum();
+                    d1_bits[8 * h + l] = block.d.to_bits();
+                }
+            }
+            for h in 0..2 {
+                let words = _mm_loadu_si128(d1_bits.as_ptr().add(8 * h) as *const __m128i);
+                _mm256_storeu_ps(batch.d1.as_mut_ptr().add(8 * h), _mm256_cvtph_ps(words));
+            }
+            out.push(batch);
+        }
+    }
+}
+
+/// Eight dword partials of `Σ c·q` for the two blocks whose code bytes are in `codes` (one per 128-bit lane):
+/// field `k` of every code byte (shifted down and masked: AVX2 has no GFNI) times the quants prepared for it
+/// with `vpmaddubsw` (at most 2·3·128 per i16 pair, 4 fields fit in i16), summed, then widened in pairs.
+#[inline(always)]
+unsafe fn q2_tile_pair(codes: __m256i, q: &[[u8; 64]; 4], half: usize) -> __m256i {
+    // SAFETY (whole body): 32-byte loads inside the prepared arrays; features come from the caller.
+    unsafe {
+        let three = _mm256_set1_epi8(3);
+        let load = |k: usize| _mm256_loadu_si256(q[k].as_ptr().add(32 * half) as *const __m256i);
+        let field = |k: i32| match k {
+            0 => _mm256_and_si256(codes, three),
+            1 => _mm256_and_si256(_mm256_srli_epi16::<2>(codes), three),
+            2 => _mm256_and_si256(_mm256_srli_epi16::<4>(codes), three),
+            _ => _mm256_and_si256(_mm256_srli_epi16::<6>(codes), three),
+        };
+        let m01 = _mm256_add_epi16(
+            _mm256_maddubs_epi16(field(0), load(0)),
+            _mm256_maddubs_epi16(field(1), load(1)),
+        );
+        let m23 = _mm256_add_epi16(
+            _mm256_maddubs_epi16(field(2), load(2)),
+            _mm256_maddubs_epi16(field(3), load(3)),
+        );
+        _mm256_madd_epi16(_mm256_add_epi16(m01, m23), _mm256_set1_epi16(1))
+    }
+}
+
+/// One row's float terms for one batch against a prepared column, lanes in `AVX2_TILE_BLOCKS` order:
+/// `(d0, sumi)` for the FMA chain, `(d0·sumi, _)` for the unfused one, `sumi` computed as the vec_dot kernels do.
+#[inline(always)]
+unsafe fn q2_tile_terms<const FMA: bool>(xb: *const u8, p: &Q2ColumnBatch) -> (__m256, __m256) {
+    // SAFETY (whole body): the caller guarantees eight whole Q2_0 blocks (144 bytes) at `xb`; every load stays
+    // inside them or the prepared batch; features come from the caller.
+    unsafe {
+        // acc[j]: blocks 2j (low lane) and 2j + 1 (high lane); dword 4g + w sums weights 16w..16w+16.
+        let codes = |j: usize| {
+            let lo = _mm_loadu_si128(xb.add(Q2_BYTES * 2 * j + 2) as *const __m128i);
+            let hi = _mm_loadu_si128(xb.add(Q2_BYTES * (2 * j + 1) + 2) as *const __m128i);
+            _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi)
+        };
+        let acc = [
+            q2_tile_pair(codes(0), &p.q[0], 0),
+            q2_tile_pair(codes(1), &p.q[0], 1),
+            q2_tile_pair(codes(2), &p.q[1], 0),
+            q2_tile_pair(codes(3), &p.q[1], 1),
+        ];
+        // Per lane, hadd gives [b h0, b h1, b' h0, b' h1]: blocks (0, 2 | 1, 3) and (4, 6 | 5, 7).
+        let x = _mm256_castsi256_ps(_mm256_hadd_epi32(acc[0], acc[1]));
+        let y = _mm256_castsi256_ps(_mm256_hadd_epi32(acc[2], acc[3]));
+        let half = |v: __m256, k: usize| {
+            let sums = _mm256_castps_si256(v);
+            let qsum = _mm256_loadu_si256(p.qsum.as_ptr().add(8 * k) as *const __m256i);
+            _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, qsum))
+        };
+        let s_lo = half(_mm256_shuffle_ps::<0x88>(x, y), 0);
+        let s_hi = half(_mm256_shuffle_ps::<0xdd>(x, y), 1);
+        let d1_lo = _mm256_loadu_ps(p.d1.as_ptr());
+        let d1_hi = _mm256_loadu_ps(p.d1.as_ptr().add(8));
+        let mut d0_bits = [0u16; 8];
+        for (l, &b) in AVX2_TILE_BLOCKS.iter().enumerate() {
+            d0_bits[l] = (xb.add(b * Q2_BYTES) as *const u16).read_unaligned();
+        }
+        let d0 = _mm256_cvtph_ps(_mm_loadu_si128(d0_bits.as_ptr() as *const __m128i));
+        if FMA {
+            let first = _mm256_fmadd_ps(d1_lo, s_lo, _mm256_setzero_ps());
+            (d0, _mm256_fmadd_ps(d1_hi, s_hi, first))
+        } else {
+            let zero = _mm256_setzero_ps();
+            let sumi = _mm256_add_ps(
+                _mm256_add_ps(zero, _mm256_mul_ps(d1_lo, s_lo)),
+                _mm256_mul_ps(d1_hi, s_hi),
+            );
+            (_mm256_mul_ps(d0, sumi), d0)
+        }
+    }
+}
+
+/// The sequential part of one row's batch: eight chain steps in block order (lanes in `AVX2_TILE_BLOCKS`
+/// order, so block `b` is read from lane `2b` or `2b − 7`).
+#[inline(always)]
+fn q2_tile_chain<const FMA: bool>(mut sumf: f32, terms: (__m256, __m256)) -> f32 {
+    let mut a = [0f32; 8];
+    let mut b = [0f32; 8];
+    // SAFETY: plain stores of two registers into local arrays (AVX is enabled by every caller).
+    unsafe {
+        _mm256_storeu_ps(a.as_mut_ptr(), terms.0);
+        _mm256_storeu_ps(b.as_mut_ptr(), terms.1);
+    }
+    for block in 0..8 {
+        let l = if block % 2 == 0 {
+            block / 2
+        } else {
+            4 + block / 2
+        };
+        sumf = if FMA {
+            a[l].mul_add(b[l], sumf)
+        } else {
+            sumf + a[l]
+        };
+    }
+    sumf
+}
+
+/// The running sums of `R` rows after every full batch of a prepared column, chains interleaved and
+/// software-pipelined as in the AVX-512 tile kernel.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_tile_rows<const FMA: bool, const R: usize>(
+    rows: [*const u8; R],
+    prep: &[Q2ColumnBatch],
+) -> [f32; R] {
+    let mut sumf = [0f32; R];
+    if prep.is_empty() {
+        return sumf;
+    }
+    // SAFETY: every row holds 8·prep.len() blocks (caller); batch k reads bytes 144k..144k+144.
+    unsafe {
+        let zero = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut pending = [zero; R];
+        for r in 0..R {
+            pending[r] = q2_tile_terms::<FMA>(rows[r], &prep[0]);
+        }
+        for (k, p) in prep.iter().enumerate().skip(1) {
+            let mut next = [zero; R];
+            for r in 0..R {
+                next[r] = q2_tile_terms::<FMA>(rows[r].add(8 * k * Q2_BYTES), p);
+            }
+            for r in 0..R {
+                sumf[r] = q2_tile_chain::<FMA>(sumf[r], pending[r]);
+            }
+            pending = next;
+        }
+        for r in 0..R {
+            sumf[r] = q2_tile_chain::<FMA>(sumf[r], pending[r]);
+        }
+    }
+    sumf
+}
+
+/// `W · Y` for Q2_0 weights against q8_0 columns through the shared tile driver, with `vpmaddubsw` in place of
+/// VNNI and shifts in place of GFNI; every element with the bits of `vec_dot_q2_0_q8_0::<FMA>`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.nb() >= 2 * x.nb()`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
     x: Rows<'_, BlockQ2_0>,
     y: Rows<'_, BlockQ8_0>,
     emit: Emit<'_>,
 ) {
-    // SAFETY: the caller's contract, per pair.
-    mul_mat_by_pairs(|x, y| unsafe { vec_dot_q2_0_q8_0::<FMA>(x, y) }, x, y, emit)
+    // SAFETY: the caller's contract covers the functions' features.
+    unsafe {
+        mul_mat_q2_0_tiles::<FMA>(
+            x,
+            y,
+            emit,
+            q2_prepare_column,
+            q2_tile_rows::<FMA, 4>,
+            q2_tile_rows::<FMA, 1>,
+        )
+    }
 }
 
 /// The driver shared by the fork's 128-weight formats (PQ2_0, PTQ1_0): two blocks (four 64-weight groups) per

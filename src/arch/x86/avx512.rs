@@ -21,7 +21,7 @@ use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
 use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
-use crate::tiles::{Emit, Rows};
+use crate::tiles::{mul_mat_q2_0_tiles, Emit, Q2ColumnBatch, Rows};
 
 const Q2_BYTES: usize = 18;
 const Q8_BYTES: usize = 34;
@@ -244,21 +244,6 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     vec_dot_q2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[2 * done..])
 }
 
-/// One batch (eight Q2_0 blocks, sixteen q8_0 blocks) of an activation column prepared for the tile kernel:
-/// - `q[h][k]`: for the four blocks `4h..4h+4` of the batch, byte `16·g + i` is the quant that meets weight
-///   `4i + k` of block `4h + g` (weight `w` meets quant `w % 32` of q8_0 block `2b + w / 32`), so `vpdpbusd`
-///   of field `k` of the packed code bytes (`(byte >> 2k) & 3`, in place) against `q[h][k]` sums the right
-///   products without expanding the codes to one byte per weight;
-/// - `qsum[8h + b]`: `Σ q` of q8_0 block `2b + h` (the `−1` of `c − 1`, subtracted once per half);
-/// - `d1[8h + b]`: that block's scale as a float.
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-pub struct Q2ColumnBatch {
-    q: [[[u8; 64]; 4]; 2],
-    qsum: [i32; 16],
-    d1: [f32; 16],
-}
-
 /// `vpermb` index taking a 64-quant group to four 16-byte lanes, lane `k` holding the quants of weights `4i + k`.
 const FIELD_LANES: [u8; 64] = {
     let mut t = [0u8; 64];
@@ -283,11 +268,7 @@ pub unsafe fn q2_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q2ColumnBatch>) {
         let fields = _mm512_loadu_si512(FIELD_LANES.as_ptr() as *const _);
         for k in 0..y.len() / 16 {
             let yb = yp.add(16 * k * Q8_BYTES);
-            let mut batch = Q2ColumnBatch {
-                q: [[[0; 64]; 4]; 2],
-                qsum: [0; 16],
-                d1: [0.0; 16],
-            };
+            let mut batch = Q2ColumnBatch::ZERO;
             for h in 0..2 {
                 // t[g]: block 4h + g's 64 quants with lane k holding field k's.
                 let t: [__m512i; 4] = std::array::from_fn(|g| {
@@ -507,14 +488,8 @@ unsafe fn q2_tile_rows<const FMA: bool, const R: usize>(
     sumf
 }
 
-/// Rows per tile step: enough independent chains to hide the 4-cycle FMA latency.
-const TILE_ROWS: usize = 4;
-/// Prepared columns kept at once: about 512 KiB of them, so they stay in L2 while the rows pass.
-const PREPARED_BYTES: usize = 512 << 10;
-
 /// `W · Y` for Q2_0 weights against q8_0 columns, every element with the bits of `vec_dot_q2_0_q8_0::<FMA>`:
-/// columns in chunks that stay in L2 once prepared, rows four at a time against each column of the chunk, the
-/// tail rows one at a time, and each row's blocks past the last full batch through the scalar chain.
+/// the shared tile driver (`tiles::mul_mat_q2_0_tiles`) over this file's column preparation and row kernel.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, GFNI, AVX2, FMA and F16C; `y.nb() >= 2 * x.nb()`.
@@ -524,67 +499,17 @@ pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
     y: Rows<'_, BlockQ8_0>,
     emit: Emit<'_>,
 ) {
-    debug_assert!(y.nb() >= 2 * x.nb());
-    thread_local! {
-        static PREPARED: std::cell::RefCell<Vec<Vec<Q2ColumnBatch>>> = const { std::cell::RefCell::new(Vec::new()) };
+    // SAFETY: the caller's contract covers both functions' features.
+    unsafe {
+        mul_mat_q2_0_tiles::<FMA>(
+            x,
+            y,
+            emit,
+            q2_prepare_column,
+            q2_tile_rows::<FMA, 4>,
+            q2_tile_rows::<FMA, 1>,
+        )
     }
-    let nb = x.nb();
-    let done = 8 * (nb / 8);
-    let batch_bytes = std::mem::size_of::<Q2ColumnBatch>() * (nb / 8).max(1);
-    let chunk = (PREPARED_BYTES / batch_bytes).max(1);
-    PREPARED.with_borrow_mut(|prepared| {
-        let mut c0 = 0;
-        while c0 < y.rows() {
-            let c1 = (c0 + chunk).min(y.rows());
-            if prepared.len() < c1 - c0 {
-                prepared.resize_with(c1 - c0, Vec::new);
-            }
-            for c in c0..c1 {
-                // SAFETY: this function's features cover the preparation's.
-                unsafe { q2_prepare_column(&y.row(c)[..2 * done], &mut prepared[c - c0]) };
-            }
-            // Tile step t runs rows t, t + q, t + 2q, t + 3q (q = rows / 4): four long sequential streams
-            // through the matrix, which the hardware prefetchers follow. (Four adjacent rows instead are four
-            // streams of one row each, too short to train on: a decode then waits on memory latency at about
-            // 6 GB/s per thread.) The rows past 4q go one at a time.
-            let q = x.rows() / TILE_ROWS;
-            let finish =
-                |emit: &mut dyn FnMut(usize, usize, f32), r: usize, c: usize, sumf: f32| {
-                    let (row, col) = (x.row(r), y.row(c));
-                    emit(
-                        r,
-                        c,
-                        vec_dot_q2_0_q8_0_from::<FMA>(sumf, &row[done..], &col[2 * done..2 * nb]),
-                    );
-                };
-            // The columns of the chunk innermost, so a step's rows stay in L1 across them.
-            for t in 0..q {
-                let rows: [usize; TILE_ROWS] = std::array::from_fn(|i| t + i * q);
-                for c in c0..c1 {
-                    // SAFETY: the rows exist and hold nb ≥ 8·prepared.len() blocks each; features as above.
-                    let sums = unsafe {
-                        q2_tile_rows::<FMA, TILE_ROWS>(
-                            rows.map(|r| x.row(r).as_ptr() as *const u8),
-                            &prepared[c - c0],
-                        )
-                    };
-                    for (r, s) in rows.into_iter().zip(sums) {
-                        finish(emit, r, c, s);
-                    }
-                }
-            }
-            for r in TILE_ROWS * q..x.rows() {
-                for c in c0..c1 {
-                    // SAFETY: as above.
-                    let sums = unsafe {
-                        q2_tile_rows::<FMA, 1>([x.row(r).as_ptr() as *const u8], &prepared[c - c0])
-                    };
-                    finish(emit, r, c, sums[0]);
-                }
-            }
-            c0 = c1;
-        }
-    });
 }
 
 /// The driver shared by the fork's 128-weight formats (PQ2_0, PTQ1_0): four blocks (eight 64-weight groups)
