@@ -27,7 +27,13 @@ pub fn ensure_built(order: FloatOrder) -> Result<PathBuf, String> {
 
 /// As `ensure_built`, by the script's variant name (`haswell`, `x64`, `haswell-dl`).
 pub fn ensure_built_variant(variant: &str) -> Result<PathBuf, String> {
-    let script = scripts_dir().join("stock-llama.sh");
+    run_build_script("stock-llama.sh", variant, "libggml-cpu.so")
+}
+
+/// Runs `scripts/<script> <variant>` (its progress on our stderr) and returns the folder it prints as its last
+/// line, which must hold `expect`. A failure is an error, never a skip.
+pub fn run_build_script(script: &str, variant: &str, expect: &str) -> Result<PathBuf, String> {
+    let script = scripts_dir().join(script);
     let out = Command::new("bash")
         .arg(&script)
         .arg(variant)
@@ -37,19 +43,17 @@ pub fn ensure_built_variant(variant: &str) -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
     if !out.status.success() {
         return Err(format!(
-            "{} {} failed ({})",
+            "{} {variant} failed ({})",
             script.display(),
-            variant,
             out.status
         ));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let dir = stdout.lines().last().map(str::trim).unwrap_or_default();
-    if dir.is_empty() || !Path::new(dir).join("libggml-cpu.so").is_file() {
+    if dir.is_empty() || !Path::new(dir).join(expect).is_file() {
         return Err(format!(
-            "{} {} printed no library folder",
-            script.display(),
-            variant
+            "{} {variant} printed no folder holding {expect}",
+            script.display()
         ));
     }
     Ok(PathBuf::from(dir))

@@ -311,22 +311,5 @@ pub fn patched_tools_dir(variant: &str) -> Result<Option<PathBuf>, String> {
     if !matches!(variant, "haswell" | "x64") {
         return Ok(None);
     }
-    let script = crate::stock::scripts_dir().join("patched-llama.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(variant)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let dir = stdout.lines().last().map(str::trim).unwrap_or_default();
-    if !out.status.success() || !Path::new(dir).join("llama-completion").is_file() {
-        return Err(format!(
-            "{} {variant} failed ({})",
-            script.display(),
-            out.status
-        ));
-    }
-    Ok(Some(PathBuf::from(dir)))
+    crate::stock::run_build_script("patched-llama.sh", variant, "llama-completion").map(Some)
 }

@@ -170,29 +170,41 @@ pub fn time_mul_mat(
     reps: usize,
 ) -> Result<SpeedRow, String> {
     let team = Team::new(threads);
+    time_side_by_side(
+        symbol,
+        m,
+        |out| m.run_mul_mat(ours, out, &team),
+        |out| m.run(stock, out, &team),
+        threads,
+        reps,
+    )
+}
+
+/// Runs `ours` and `stock` once each and checks every output bit for bit, then times them interleaved.
+fn time_side_by_side(
+    symbol: &str,
+    m: &MatVec,
+    ours: impl Fn(&mut [f32]),
+    stock: impl Fn(&mut [f32]),
+    threads: usize,
+    reps: usize,
+) -> Result<SpeedRow, String> {
     let mut a = vec![0f32; m.rows];
     let mut b = vec![0f32; m.rows];
-    m.run_mul_mat(ours, &mut a, &team);
-    m.run(stock, &mut b, &team);
+    ours(&mut a);
+    stock(&mut b);
     if let Some(r) = (0..m.rows).find(|&r| a[r].to_bits() != b[r].to_bits()) {
         return Err(format!(
             "{}x{}: row {r} differs from stock: {} vs {}",
             m.rows, m.cols, a[r], b[r]
         ));
     }
-    let (mo, ms) = interleaved(
-        reps,
-        || {
-            let t = Instant::now();
-            m.run_mul_mat(ours, &mut a, &team);
-            t.elapsed().as_secs_f64() * 1e3
-        },
-        || {
-            let t = Instant::now();
-            m.run(stock, &mut b, &team);
-            t.elapsed().as_secs_f64() * 1e3
-        },
-    );
+    let time = |f: &dyn Fn(&mut [f32]), out: &mut [f32]| {
+        let t = Instant::now();
+        f(out);
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    let (mo, ms) = interleaved(reps, || time(&ours, &mut a), || time(&stock, &mut b));
     let shape = format!("{}x{}", m.rows, m.cols);
     Ok(SpeedRow::new(symbol, shape, threads, reps, mo, ms))
 }
@@ -291,24 +303,14 @@ pub fn time_vec_dot(
     reps: usize,
 ) -> Result<SpeedRow, String> {
     let team = Team::new(threads);
-    let mut a = vec![0f32; m.rows];
-    let mut b = vec![0f32; m.rows];
-    m.run(ours, &mut a, &team);
-    m.run(stock, &mut b, &team);
-    if let Some(r) = (0..m.rows).find(|&r| a[r].to_bits() != b[r].to_bits()) {
-        return Err(format!(
-            "{}x{}: row {r} differs from stock: {} vs {}",
-            m.rows, m.cols, a[r], b[r]
-        ));
-    }
-    let time = |f: VecDotFn, out: &mut [f32]| {
-        let t = Instant::now();
-        m.run(f, out, &team);
-        t.elapsed().as_secs_f64() * 1e3
-    };
-    let (mo, ms) = interleaved(reps, || time(ours, &mut a), || time(stock, &mut b));
-    let shape = format!("{}x{}", m.rows, m.cols);
-    Ok(SpeedRow::new(symbol, shape, threads, reps, mo, ms))
+    time_side_by_side(
+        symbol,
+        m,
+        |out| m.run(ours, out, &team),
+        |out| m.run(stock, out, &team),
+        threads,
+        reps,
+    )
 }
 
 /// `reps` timings of `ours` and of `stock`, alternating which goes first; the two medians.

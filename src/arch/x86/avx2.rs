@@ -358,7 +358,9 @@ fn q2_tile_chain<const FMA: bool>(mut sumf: f32, terms: (__m256, __m256)) -> f32
 }
 
 /// The running sums of `R` rows after every full batch of a prepared column, chains interleaved and
-/// software-pipelined as in the AVX-512 tile kernel.
+/// software-pipelined as in the AVX-512 tile kernel. (Each file keeps its own copy of this loop: one generic
+/// helper taking the terms as a closure was not inlined and cost 42 % of the AVX2 speed and 22 % of the
+/// AVX-512 one, measured.)
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q2_tile_rows<const FMA: bool, const R: usize>(
     rows: [*const u8; R],
