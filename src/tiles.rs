@@ -135,6 +135,9 @@ pub(crate) type PrepareColumn = unsafe fn(&[BlockQ8_0], &mut Vec<Q2ColumnBatch>)
 /// full batch of a prepared column.
 pub(crate) type TileRows<const R: usize> = unsafe fn([*const u8; R], &[Q2ColumnBatch]) -> [f32; R];
 
+/// An instruction set's row kernel against two columns at once (sharing each row's code decode), if it has one.
+pub(crate) type TileRows2 = unsafe fn([*const u8; 4], [&[Q2ColumnBatch]; 2]) -> [[f32; 4]; 2];
+
 /// Rows per tile step: enough independent chains to hide the 4-cycle FMA latency.
 const TILE_ROWS: usize = 4;
 /// Prepared columns kept at once: about 512 KiB of them, so they stay in L2 while the rows pass.
@@ -150,7 +153,7 @@ const PREPARED_BYTES: usize = 512 << 10;
 /// columns are innermost, so a step's rows stay in L1 across them.
 ///
 /// # Safety
-/// `prepare`, `rows4` and `rows1` must be safe to call on this CPU; `y.nb() >= 2 * x.nb()`.
+/// `prepare`, `rows4`, `rows1` and `rows4x2` must be safe to call on this CPU; `y.nb() >= 2 * x.nb()`.
 pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
     x: Rows<'_, BlockQ2_0>,
     y: Rows<'_, BlockQ8_0>,
@@ -158,6 +161,7 @@ pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
     prepare: PrepareColumn,
     rows4: TileRows<TILE_ROWS>,
     rows1: TileRows<1>,
+    rows4x2: Option<TileRows2>,
 ) {
     thread_local! {
         static PREPARED: std::cell::RefCell<Vec<Vec<Q2ColumnBatch>>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -188,14 +192,25 @@ pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
             let q = x.rows() / TILE_ROWS;
             for t in 0..q {
                 let rows: [usize; TILE_ROWS] = std::array::from_fn(|i| t + i * q);
-                for c in c0..c1 {
+                let ptrs = rows.map(|r| x.row(r).as_ptr() as *const u8);
+                let mut c = c0;
+                // Column pairs where the instruction set has a two-column kernel, then single columns.
+                if let Some(rows4x2) = rows4x2 {
+                    while c + 2 <= c1 {
+                        let pair = [&prepared[c - c0][..], &prepared[c + 1 - c0][..]];
+                        // SAFETY: as below, for both columns.
+                        let sums = unsafe { rows4x2(ptrs, pair) };
+                        for (j, col) in sums.into_iter().enumerate() {
+                            for (r, s) in rows.into_iter().zip(col) {
+                                finish(emit, r, c + j, s);
+                            }
+                        }
+                        c += 2;
+                    }
+                }
+                for c in c..c1 {
                     // SAFETY: the rows exist and hold nb ≥ 8·prepared.len() blocks each; the CPU as above.
-                    let sums = unsafe {
-                        rows4(
-                            rows.map(|r| x.row(r).as_ptr() as *const u8),
-                            &prepared[c - c0],
-                        )
-                    };
+                    let sums = unsafe { rows4(ptrs, &prepared[c - c0]) };
                     for (r, s) in rows.into_iter().zip(sums) {
                         finish(emit, r, c, s);
                     }

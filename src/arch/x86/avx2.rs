@@ -414,6 +414,7 @@ pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
             q2_prepare_column,
             q2_tile_rows::<FMA, 4>,
             q2_tile_rows::<FMA, 1>,
+            None,
         )
     }
 }

@@ -363,31 +363,47 @@ const FIELD_AFFINE: [i64; 3] = [
     (1 << (56 + 6)) | (1i64 << (48 + 7)),
 ];
 
-/// Sixteen dword partials of `Σ c·q` for the four blocks whose code bytes are in `codes` (byte `16g + i`):
-/// field `k` of every code byte, moved to bits 0–1 in place, against the quants prepared for it.
+/// Field `k` of every code byte of `codes`, moved to bits 0–1 in place: `AND 3` for `k = 0`, one
+/// `vgf2p8affineqb` for the others.
 #[inline(always)]
-unsafe fn q2_tile_half(codes: __m512i, q: &[[u8; 64]; 4]) -> __m512i {
+unsafe fn q2_tile_fields(codes: __m512i) -> [__m512i; 4] {
+    // SAFETY (whole body): register operations only; features come from the caller.
+    unsafe {
+        let affine = |k: usize| {
+            _mm512_gf2p8affine_epi64_epi8::<0>(codes, _mm512_set1_epi64(FIELD_AFFINE[k - 1]))
+        };
+        [
+            _mm512_and_si512(codes, _mm512_set1_epi8(3)),
+            affine(1),
+            affine(2),
+            affine(3),
+        ]
+    }
+}
+
+/// Sixteen dword partials of `Σ c·q` for the four blocks whose code fields are in `fields` (byte `16g + i` of
+/// field `k`) against the quants prepared for each field.
+#[inline(always)]
+unsafe fn q2_tile_dot(fields: &[__m512i; 4], q: &[[u8; 64]; 4]) -> __m512i {
     // SAFETY (whole body): 64-byte loads from the prepared arrays; features come from the caller.
     unsafe {
-        let load = |k: usize| _mm512_loadu_si512(q[k].as_ptr() as *const _);
-        let mut acc = _mm512_dpbusd_epi32(
-            _mm512_setzero_si512(),
-            _mm512_and_si512(codes, _mm512_set1_epi8(3)),
-            load(0),
-        );
-        for k in 1..4 {
-            let field =
-                _mm512_gf2p8affine_epi64_epi8::<0>(codes, _mm512_set1_epi64(FIELD_AFFINE[k - 1]));
-            acc = _mm512_dpbusd_epi32(acc, field, load(k));
+        let mut acc = _mm512_setzero_si512();
+        for k in 0..4 {
+            let quants = _mm512_loadu_si512(q[k].as_ptr() as *const _);
+            acc = _mm512_dpbusd_epi32(acc, fields[k], quants);
         }
         acc
     }
 }
 
-/// One row's float terms for one batch against a prepared column: `(d0, sumi)` for the FMA chain, `(d0·sumi, _)`
-/// for the unfused one, block `b` in lane `b`. `sumi` is computed exactly as `q2_batch_terms` does.
+/// One row's float terms for one batch against `C` prepared columns: per column `(d0, sumi)` for the FMA chain,
+/// `(d0·sumi, _)` for the unfused one, block `b` in lane `b`. The code bytes are gathered and split into fields
+/// once for all the columns; `sumi` is computed exactly as `q2_batch_terms` does.
 #[inline(always)]
-unsafe fn q2_tile_terms<const FMA: bool>(xb: *const u8, p: &Q2ColumnBatch) -> (__m256, __m256) {
+unsafe fn q2_tile_terms<const FMA: bool, const C: usize>(
+    xb: *const u8,
+    p: [&Q2ColumnBatch; C],
+) -> [(__m256, __m256); C] {
     // SAFETY (whole body): the caller guarantees eight whole Q2_0 blocks (144 bytes) at `xb`: the loads cover
     // bytes 0..128 and, masked, 128..144; the tables are 64-byte arrays; features come from the caller.
     unsafe {
@@ -395,40 +411,45 @@ unsafe fn q2_tile_terms<const FMA: bool>(xb: *const u8, p: &Q2ColumnBatch) -> (_
         let z1 = _mm512_loadu_si512(xb.add(64) as *const _);
         let z2 = _mm512_maskz_loadu_epi8(0xffff, xb.add(128) as *const _);
         let gather = |h: usize| _mm512_loadu_si512(CODE_GATHER[h].as_ptr() as *const _);
-        let codes = [
-            _mm512_permutex2var_epi8(z0, gather(0), z1),
-            _mm512_permutex2var_epi8(z1, gather(1), z2),
+        let fields = [
+            q2_tile_fields(_mm512_permutex2var_epi8(z0, gather(0), z1)),
+            q2_tile_fields(_mm512_permutex2var_epi8(z1, gather(1), z2)),
         ];
-        let acc = [
-            q2_tile_half(codes[0], &p.q[0]),
-            q2_tile_half(codes[1], &p.q[1]),
-        ];
-        let even = _mm512_loadu_si512(PAIR_EVEN.as_ptr() as *const _);
-        let odd = _mm512_loadu_si512(PAIR_ODD.as_ptr() as *const _);
-        let sums = _mm512_add_epi32(
-            _mm512_permutex2var_epi32(acc[0], even, acc[1]),
-            _mm512_permutex2var_epi32(acc[0], odd, acc[1]),
-        );
-        let qsum = _mm512_loadu_si512(p.qsum.as_ptr() as *const _);
-        let s = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, qsum));
-        let s_lo = _mm512_castps512_ps256(s);
-        let s_hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s)));
-        let d1_lo = _mm256_loadu_ps(p.d1.as_ptr());
-        let d1_hi = _mm256_loadu_ps(p.d1.as_ptr().add(8));
         let d0_words =
             _mm512_permutex2var_epi16(z0, _mm512_loadu_si512(D0_GATHER.as_ptr() as *const _), z1);
         let d0 = _mm256_cvtph_ps(_mm512_castsi512_si128(d0_words));
-        if FMA {
-            let first = _mm256_fmadd_ps(d1_lo, s_lo, _mm256_setzero_ps());
-            (d0, _mm256_fmadd_ps(d1_hi, s_hi, first))
-        } else {
-            let zero = _mm256_setzero_ps();
-            let sumi = _mm256_add_ps(
-                _mm256_add_ps(zero, _mm256_mul_ps(d1_lo, s_lo)),
-                _mm256_mul_ps(d1_hi, s_hi),
+        let even = _mm512_loadu_si512(PAIR_EVEN.as_ptr() as *const _);
+        let odd = _mm512_loadu_si512(PAIR_ODD.as_ptr() as *const _);
+        let zero = _mm256_setzero_ps();
+        let mut out = [(zero, zero); C];
+        for c in 0..C {
+            let col = p[c];
+            let acc = [
+                q2_tile_dot(&fields[0], &col.q[0]),
+                q2_tile_dot(&fields[1], &col.q[1]),
+            ];
+            let sums = _mm512_add_epi32(
+                _mm512_permutex2var_epi32(acc[0], even, acc[1]),
+                _mm512_permutex2var_epi32(acc[0], odd, acc[1]),
             );
-            (_mm256_mul_ps(d0, sumi), d0)
+            let qsum = _mm512_loadu_si512(col.qsum.as_ptr() as *const _);
+            let s = _mm512_cvtepi32_ps(_mm512_sub_epi32(sums, qsum));
+            let s_lo = _mm512_castps512_ps256(s);
+            let s_hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s)));
+            let d1_lo = _mm256_loadu_ps(col.d1.as_ptr());
+            let d1_hi = _mm256_loadu_ps(col.d1.as_ptr().add(8));
+            out[c] = if FMA {
+                let first = _mm256_fmadd_ps(d1_lo, s_lo, zero);
+                (d0, _mm256_fmadd_ps(d1_hi, s_hi, first))
+            } else {
+                let sumi = _mm256_add_ps(
+                    _mm256_add_ps(zero, _mm256_mul_ps(d1_lo, s_lo)),
+                    _mm256_mul_ps(d1_hi, s_hi),
+                );
+                (_mm256_mul_ps(d0, sumi), d0)
+            };
         }
+        out
     }
 }
 
@@ -452,40 +473,74 @@ fn q2_tile_chain<const FMA: bool>(mut sumf: f32, terms: (__m256, __m256)) -> f32
     sumf
 }
 
-/// The running sums of `R` rows (pointers to their first block) after every full batch of a prepared column,
-/// the rows' chains interleaved and software-pipelined (batch `k + 1`'s vector work before batch `k`'s chains).
+/// The running sums of `R` rows (pointers to their first block) against `C` prepared columns after every full
+/// batch, the `R·C` chains interleaved and software-pipelined (batch `k + 1`'s vector work before batch `k`'s
+/// chains). Several columns share each row's code gather and field split (prefill).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
-unsafe fn q2_tile_rows<const FMA: bool, const R: usize>(
+unsafe fn q2_tile_rows<const FMA: bool, const R: usize, const C: usize>(
     rows: [*const u8; R],
-    prep: &[Q2ColumnBatch],
-) -> [f32; R] {
-    let mut sumf = [0f32; R];
-    if prep.is_empty() {
+    preps: [&[Q2ColumnBatch]; C],
+) -> [[f32; R]; C] {
+    let mut sumf = [[0f32; R]; C];
+    let batches = preps[0].len();
+    if batches == 0 {
         return sumf;
     }
-    // SAFETY: every row holds 8·prep.len() blocks (caller); batch k reads bytes 144k..144k+144.
+    let batch = |k: usize| {
+        let mut p = [&preps[0][k]; C];
+        for c in 1..C {
+            p[c] = &preps[c][k];
+        }
+        p
+    };
+    // SAFETY: every row holds 8·batches blocks and every column `batches` prepared batches (caller); batch k
+    // reads bytes 144k..144k+144 of each row.
     unsafe {
         let zero = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let mut pending = [zero; R];
+        let mut pending = [[zero; C]; R];
         for r in 0..R {
-            pending[r] = q2_tile_terms::<FMA>(rows[r], &prep[0]);
+            pending[r] = q2_tile_terms::<FMA, C>(rows[r], batch(0));
         }
-        for (k, p) in prep.iter().enumerate().skip(1) {
-            let mut next = [zero; R];
+        for k in 1..batches {
+            let mut next = [[zero; C]; R];
             for r in 0..R {
-                next[r] = q2_tile_terms::<FMA>(rows[r].add(8 * k * Q2_BYTES), p);
+                next[r] = q2_tile_terms::<FMA, C>(rows[r].add(8 * k * Q2_BYTES), batch(k));
             }
             for r in 0..R {
-                sumf[r] = q2_tile_chain::<FMA>(sumf[r], pending[r]);
+                for c in 0..C {
+                    sumf[c][r] = q2_tile_chain::<FMA>(sumf[c][r], pending[r][c]);
+                }
             }
             pending = next;
         }
         for r in 0..R {
-            sumf[r] = q2_tile_chain::<FMA>(sumf[r], pending[r]);
+            for c in 0..C {
+                sumf[c][r] = q2_tile_chain::<FMA>(sumf[c][r], pending[r][c]);
+            }
         }
     }
     sumf
+}
+
+/// `q2_tile_rows` against one column (the driver's `TileRows`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+unsafe fn q2_tile_rows_1col<const FMA: bool, const R: usize>(
+    rows: [*const u8; R],
+    prep: &[Q2ColumnBatch],
+) -> [f32; R] {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { q2_tile_rows::<FMA, R, 1>(rows, [prep])[0] }
+}
+
+/// `q2_tile_rows` against two columns (the driver's `TileRows2`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+unsafe fn q2_tile_rows_2col<const FMA: bool>(
+    rows: [*const u8; 4],
+    preps: [&[Q2ColumnBatch]; 2],
+) -> [[f32; 4]; 2] {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { q2_tile_rows::<FMA, 4, 2>(rows, preps) }
 }
 
 /// `W · Y` for Q2_0 weights against q8_0 columns, every element with the bits of `vec_dot_q2_0_q8_0::<FMA>`:
@@ -506,8 +561,9 @@ pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
             y,
             emit,
             q2_prepare_column,
-            q2_tile_rows::<FMA, 4>,
-            q2_tile_rows::<FMA, 1>,
+            q2_tile_rows_1col::<FMA, 4>,
+            q2_tile_rows_1col::<FMA, 1>,
+            Some(q2_tile_rows_2col::<FMA>),
         )
     }
 }
