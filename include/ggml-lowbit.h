@@ -179,6 +179,35 @@ bool ggml_compute_forward_mul_mat_tiled(const void *params,
                                         void *dst);
 
 /*
+ ggml-cpu's per-expert hook inside every MUL_MAT_ID (`hook.rs`): takes over Q2_0 expert products with the tile
+ kernels when preloaded over a ggml it knows, and passes everything else to the real function. Not for direct
+ calls.
+
+ # Safety
+ ggml's contract: `params` is ggml-cpu's `struct ggml_compute_params`, `dst` a MUL_MAT_ID tensor whose src1
+ is quantized in `params->wdata`, `expert_rows` the expert's `cne1` (slot, token) pairs.
+ */
+bool ggml_compute_forward_mul_mat_id_tiled(const void *params,
+                                           void *dst,
+                                           int64_t cur_a,
+                                           int64_t cne1,
+                                           const int32_t *expert_rows,
+                                           char *scratch);
+
+/*
+ The patched ggml-cpu's per-expert entry inside every MUL_MAT_ID (`ggml-patch/cpu.patch`): computes the
+ expert's Q2_0 product like the preloaded hook above and returns `true`, or returns `false`.
+
+ # Safety
+ As `ggml_compute_forward_mul_mat_id_tiled`.
+ */
+bool ggml_lowbit_compute_forward_mul_mat_id(const void *params,
+                                            void *dst,
+                                            int64_t cur_a,
+                                            int64_t cne1,
+                                            const int32_t *expert_rows);
+
+/*
  The instruction set the library runs on: a static NUL-terminated string (`"scalar"`, `"avx2"`, `"avx512"`).
  */
 const char *ggml_lowbit_isa(void);

@@ -249,6 +249,60 @@ pub unsafe extern "C" fn ggml_compute_forward_mul_mat_tiled(
     })
 }
 
+/// ggml-cpu's per-expert hook inside every MUL_MAT_ID (`hook.rs`): takes over Q2_0 expert products with the tile
+/// kernels when preloaded over a ggml it knows, and passes everything else to the real function. Not for direct
+/// calls.
+///
+/// # Safety
+/// ggml's contract: `params` is ggml-cpu's `struct ggml_compute_params`, `dst` a MUL_MAT_ID tensor whose src1
+/// is quantized in `params->wdata`, `expert_rows` the expert's `cne1` (slot, token) pairs.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_compute_forward_mul_mat_id_tiled(
+    params: *const c_void,
+    dst: *mut c_void,
+    cur_a: i64,
+    cne1: i64,
+    expert_rows: *const i32,
+    scratch: *mut c_char,
+) -> bool {
+    // SAFETY: ggml's contract, passed on.
+    guard("ggml_compute_forward_mul_mat_id_tiled", || unsafe {
+        crate::hook::mul_mat_id_tiled(
+            params as *const _,
+            dst as *mut _,
+            cur_a,
+            cne1,
+            expert_rows,
+            scratch,
+        )
+    })
+}
+
+/// The patched ggml-cpu's per-expert entry inside every MUL_MAT_ID (`ggml-patch/cpu.patch`): computes the
+/// expert's Q2_0 product like the preloaded hook above and returns `true`, or returns `false`.
+///
+/// # Safety
+/// As `ggml_compute_forward_mul_mat_id_tiled`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_compute_forward_mul_mat_id(
+    params: *const c_void,
+    dst: *mut c_void,
+    cur_a: i64,
+    cne1: i64,
+    expert_rows: *const i32,
+) -> bool {
+    // SAFETY: ggml's contract, passed on.
+    guard("ggml_lowbit_compute_forward_mul_mat_id", || unsafe {
+        crate::hook::compute_forward_mul_mat_id(
+            params as *const _,
+            dst as *mut _,
+            cur_a,
+            cne1,
+            expert_rows,
+        )
+    })
+}
+
 /// The instruction set the library runs on: a static NUL-terminated string (`"scalar"`, `"avx2"`, `"avx512"`).
 #[no_mangle]
 pub extern "C" fn ggml_lowbit_isa() -> *const c_char {

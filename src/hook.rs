@@ -60,11 +60,23 @@ pub struct GgmlTensor {
 const _: () = assert!(std::mem::size_of::<GgmlTensor>() == 336);
 
 pub type MulMatTiledFn = unsafe extern "C" fn(*const ComputeParams, *mut GgmlTensor) -> bool;
+/// `ggml_compute_forward_mul_mat_id_tiled(params, dst, cur_a, cne1, expert_rows, scratch)`: called by every
+/// thread for each expert of a MUL_MAT_ID after src1 is quantized; `expert_rows` holds `cne1` pairs
+/// `(slot, token)` of int32.
+pub type MulMatIdTiledFn = unsafe extern "C" fn(
+    *const ComputeParams,
+    *mut GgmlTensor,
+    i64,
+    i64,
+    *const i32,
+    *mut c_char,
+) -> bool;
 type BarrierFn = unsafe extern "C" fn(*mut c_void);
 type VersionFn = unsafe extern "C" fn() -> *const c_char;
 
 struct Hook {
     next: Option<MulMatTiledFn>,
+    next_id: Option<MulMatIdTiledFn>,
     barrier: Option<BarrierFn>,
     /// Why the hook stays out, or `None` when it serves.
     off: Option<String>,
@@ -75,6 +87,7 @@ fn hook() -> &'static Hook {
     HOOK.get_or_init(|| {
         let c = config();
         let next = next_symbol::<MulMatTiledFn>(c"ggml_compute_forward_mul_mat_tiled");
+        let next_id = next_symbol::<MulMatIdTiledFn>(c"ggml_compute_forward_mul_mat_id_tiled");
         let barrier = next_symbol::<BarrierFn>(c"ggml_barrier");
         let version = next_symbol::<VersionFn>(c"ggml_version").map(|f| {
             // SAFETY: ggml_version returns a static NUL-terminated string.
@@ -112,8 +125,37 @@ fn hook() -> &'static Hook {
                 Some(why) => eprintln!("ggml-lowbit: mul_mat hook off ({why}): vec_dot interposition only"),
             }
         }
-        Hook { next, barrier, off }
+        Hook {
+            next,
+            next_id,
+            barrier,
+            off,
+        }
     })
+}
+
+/// Whether `src0` is a Q2_0 weight tensor the tile kernels take against F32 `src1`, writing F32 `dst`.
+fn q2_0_operands(src0: &GgmlTensor, src1: &GgmlTensor, dst: &GgmlTensor) -> bool {
+    src0.type_ == GGML_TYPE_Q2_0
+        && src1.type_ == GGML_TYPE_F32
+        && dst.type_ == GGML_TYPE_F32
+        && src0.ne[0] > 0
+        && src0.ne[0] % 64 == 0
+        && src1.ne[0] == src0.ne[0]
+        && src0.nb[0] == 18
+        && src0.nb[1].is_multiple_of(18)
+        && src0.nb[1] >= src0.ne[0] as usize / 64 * 18
+        && src0.nb[2].is_multiple_of(18)
+        && src0.nb[3].is_multiple_of(18)
+        && src1.nb[0] == 4
+        && dst.nb[0] == 4
+        && dst.nb[1].is_multiple_of(4)
+        && dst.ne[0] == src0.ne[1]
+}
+
+/// Whether ggml's thread parameters look like the pinned tree's.
+fn sane_params(p: &ComputeParams) -> bool {
+    p.nth >= 1 && p.ith >= 0 && p.ith < p.nth && !p.wdata.is_null() && !p.threadpool.is_null()
 }
 
 /// What the hook computes: a Q2_0 × F32 product with the layouts the tile kernels take.
@@ -131,28 +173,10 @@ struct Product {
 unsafe fn product(p: &ComputeParams, dst: &GgmlTensor) -> Option<Product> {
     // SAFETY: ggml's contract: a MUL_MAT's two sources are valid tensors.
     let (src0, src1) = unsafe { (dst.src[0].as_ref()?, dst.src[1].as_ref()?) };
-    let ok = src0.type_ == GGML_TYPE_Q2_0
-        && src1.type_ == GGML_TYPE_F32
-        && dst.type_ == GGML_TYPE_F32
-        && src0.ne[0] > 0
-        && src0.ne[0] % 64 == 0
-        && src1.ne[0] == src0.ne[0]
-        && src0.nb[0] == 18
-        && src0.nb[1].is_multiple_of(18)
-        && src0.nb[1] >= src0.ne[0] as usize / 64 * 18
-        && src0.nb[2].is_multiple_of(18)
-        && src0.nb[3].is_multiple_of(18)
-        && src1.nb[0] == 4
-        && dst.nb[0] == 4
-        && dst.nb[1].is_multiple_of(4)
-        && dst.ne[0] == src0.ne[1]
+    let ok = q2_0_operands(src0, src1, dst)
         && (1..4).all(|i| dst.ne[i] == src1.ne[i])
         && (2..4).all(|i| src0.ne[i] > 0 && src1.ne[i] % src0.ne[i] == 0)
-        && p.nth >= 1
-        && p.ith >= 0
-        && p.ith < p.nth
-        && !p.wdata.is_null()
-        && !p.threadpool.is_null();
+        && sane_params(p);
     if !ok {
         return None;
     }
@@ -260,6 +284,16 @@ unsafe fn quantize_share(p: &ComputeParams, prod: &Product) {
 /// Rows per thread are whole multiples of this, so the tile kernel's four-row steps rarely split.
 const ROW_ALIGN: usize = 16;
 
+/// This thread's rows `r0..r1` of `rows`: `ceil(rows / nth)` rounded up to `ROW_ALIGN` per thread.
+fn thread_rows(p: &ComputeParams, rows: usize) -> (usize, usize) {
+    let (ith, nth) = (p.ith as usize, p.nth as usize);
+    let per_thread = rows.div_ceil(nth).div_ceil(ROW_ALIGN) * ROW_ALIGN;
+    (
+        (ith * per_thread).min(rows),
+        ((ith + 1) * per_thread).min(rows),
+    )
+}
+
 /// This thread's rows of every plane of the product, through the tile kernels.
 ///
 /// # Safety
@@ -269,13 +303,7 @@ unsafe fn compute_share(p: &ComputeParams, prod: &Product, dst: &GgmlTensor) {
     // SAFETY: checked by `product`.
     let (src0, src1) = unsafe { (&*prod.src0, &*prod.src1) };
     let nb = src0.ne[0] as usize / 64;
-    let rows = src0.ne[1] as usize;
-    let (ith, nth) = (p.ith as usize, p.nth as usize);
-    let per_thread = rows.div_ceil(nth).div_ceil(ROW_ALIGN) * ROW_ALIGN;
-    let (r0, r1) = (
-        (ith * per_thread).min(rows),
-        ((ith + 1) * per_thread).min(rows),
-    );
+    let (r0, r1) = thread_rows(p, src0.ne[1] as usize);
     if r0 == r1 {
         return;
     }
@@ -307,4 +335,133 @@ unsafe fn compute_share(p: &ComputeParams, prod: &Product, dst: &GgmlTensor) {
             }
         }
     }
+}
+
+/// The preloaded MUL_MAT_ID hook: one expert's product (see `serve_expert`), else the real function.
+///
+/// # Safety
+/// ggml's contract for `ggml_compute_forward_mul_mat_id_tiled`.
+pub unsafe fn mul_mat_id_tiled(
+    params: *const ComputeParams,
+    dst: *mut GgmlTensor,
+    cur_a: i64,
+    cne1: i64,
+    expert_rows: *const i32,
+    scratch: *mut c_char,
+) -> bool {
+    // SAFETY: the caller's contract, passed on.
+    if unsafe { serve_expert(params, dst, cur_a, cne1, expert_rows) } {
+        return true;
+    }
+    match hook().next_id {
+        // SAFETY: the real function, with the caller's own arguments.
+        Some(next) => unsafe { next(params, dst, cur_a, cne1, expert_rows, scratch) },
+        None => false,
+    }
+}
+
+/// The patched build's MUL_MAT_ID entry (per expert): `true` when the expert's product was computed here.
+///
+/// # Safety
+/// As `mul_mat_id_tiled`.
+pub unsafe fn compute_forward_mul_mat_id(
+    params: *const ComputeParams,
+    dst: *mut GgmlTensor,
+    cur_a: i64,
+    cne1: i64,
+    expert_rows: *const i32,
+) -> bool {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { serve_expert(params, dst, cur_a, cne1, expert_rows) }
+}
+
+/// Expert `cur_a`'s share of a MUL_MAT_ID: ggml has quantized src1 into `params->wdata` (rows of
+/// `ggml_row_size(Q8_0, ne10)`, token-major) and grouped the `(slot, token)` pairs routed to the expert; this
+/// thread gathers those columns, runs its rows of the expert's matrix through the tile kernels and writes
+/// `dst[slot, token]`. No barrier: threads write disjoint rows, and ggml moves on to the next expert the same
+/// way after its own chunks. `false` (nothing written) for anything it does not take.
+///
+/// # Safety
+/// As `mul_mat_id_tiled`.
+unsafe fn serve_expert(
+    params: *const ComputeParams,
+    dst: *mut GgmlTensor,
+    cur_a: i64,
+    cne1: i64,
+    expert_rows: *const i32,
+) -> bool {
+    thread_local! {
+        static COLUMNS: std::cell::RefCell<(Vec<BlockQ8_0>, Vec<usize>)> =
+            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    }
+    let h = hook();
+    if h.off.is_some() || expert_rows.is_null() {
+        return false;
+    }
+    // SAFETY: ggml passes valid params and dst; a MUL_MAT_ID's sources are valid tensors.
+    let (p, d) = unsafe { (&*params, &*dst) };
+    // SAFETY: as above.
+    let Some((src0, src1)) = (unsafe { d.src[0].as_ref().zip(d.src[1].as_ref()) }) else {
+        return false;
+    };
+    let ok = !p.use_ref
+        && q2_0_operands(src0, src1, d)
+        && sane_params(p)
+        && src1.ne[3] == 1
+        && d.ne[3] == 1
+        && (0..src0.ne[2]).contains(&cur_a)
+        && cne1 > 0;
+    if !ok {
+        return false;
+    }
+    let row_size = src1.ne[0] as usize / 32 * 34;
+    let (ne11, ne12) = (src1.ne[1], src1.ne[2]);
+    if p.wsize < row_size * (ne11 * ne12) as usize {
+        return false;
+    }
+    // SAFETY: ggml's grouping table holds `cne1` (slot, token) pairs for this expert.
+    let pairs = unsafe { std::slice::from_raw_parts(expert_rows, 2 * cne1 as usize) };
+    let valid = pairs.chunks_exact(2).all(|t| {
+        let (slot, token) = (t[0] as i64, t[1] as i64);
+        (0..d.ne[1]).contains(&slot) && (0..ne12).contains(&token) && token < d.ne[2]
+    });
+    if !valid {
+        return false;
+    }
+    let nb = src0.ne[0] as usize / 64;
+    let nb8 = row_size / 34;
+    let (r0, r1) = thread_rows(p, src0.ne[1] as usize);
+    if r0 < r1 {
+        COLUMNS.with_borrow_mut(|(cols, targets)| {
+            cols.clear();
+            targets.clear();
+            for t in pairs.chunks_exact(2) {
+                let (slot, token) = (t[0] as usize, t[1] as usize);
+                let i11 = slot % ne11 as usize;
+                // SAFETY: (i11, token) is inside src1, whose quantized rows the work buffer holds (checked
+                // above); the dst element lies inside dst.
+                unsafe {
+                    let q = (p.wdata as *const u8).add((i11 + token * ne11 as usize) * row_size);
+                    cols.extend_from_slice(std::slice::from_raw_parts(q as *const BlockQ8_0, nb8));
+                }
+                targets.push(d.data as usize + slot * d.nb[1] + token * d.nb[2]);
+            }
+            let kernels = crate::dispatch::active();
+            let stride = src0.nb[1] / 18;
+            // SAFETY: expert `cur_a`'s matrix holds `ne01` rows of `stride` blocks; this thread writes only
+            // rows r0..r1 of each target column.
+            unsafe {
+                let w =
+                    (src0.data as *const u8).add(cur_a as usize * src0.nb[2]) as *const BlockQ2_0;
+                let w = std::slice::from_raw_parts(w.add(r0 * stride), (r1 - r0 - 1) * stride + nb);
+                let x = Rows::new(w, nb, stride, r1 - r0).expect("sized above");
+                let y = Rows::packed(cols, nb8);
+                kernels.mul_mat_q2_0_q8_0(x, y, &mut |r, c, v| {
+                    *(targets[c] as *mut f32).add(r0 + r) = v;
+                });
+            }
+        });
+    }
+    crate::interpose::count_served_expert();
+    true
 }

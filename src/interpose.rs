@@ -244,6 +244,7 @@ impl Counter {
 
 static SERVED: Counter = Counter::new();
 static PASSED: Counter = Counter::new();
+static EXPERTS: Counter = Counter::new();
 static VERIFIED: AtomicU64 = AtomicU64::new(0);
 static MISMATCHES: AtomicU64 = AtomicU64::new(0);
 static NAN_PAIRS: AtomicU64 = AtomicU64::new(0);
@@ -254,6 +255,12 @@ extern "C" fn summary_at_exit() {
         SERVED.total(),
         PASSED.total()
     );
+    if EXPERTS.total() > 0 {
+        line += &format!(
+            "ggml-lowbit: {} of them MUL_MAT_ID expert products through the tile kernels\n",
+            EXPERTS.total()
+        );
+    }
     if VERIFIED.load(Relaxed) > 0 {
         line += &format!(
             "ggml-lowbit verify: {} calls compared with stock, {} mismatches, {} NaN pairs\n",
@@ -428,6 +435,13 @@ fn probe_order(next: &Next) -> Probe {
 #[inline(always)]
 pub(crate) fn count_served() {
     count(&SERVED, config());
+}
+
+/// Counts one MUL_MAT_ID expert product served by the hook (also a served call).
+#[inline(always)]
+pub(crate) fn count_served_expert() {
+    count(&SERVED, config());
+    count(&EXPERTS, config());
 }
 
 #[inline(always)]

@@ -29,9 +29,13 @@ pub struct Preset {
     pub head_dim: usize,
     pub n_vocab: usize,
     pub n_ctx: usize,
+    /// Experts per layer (0: a dense FFN) and experts used per token; with experts the FFN matrices are
+    /// `ffn_{gate,up,down}_exps` (`n_ff` wide each) and ggml computes them with MUL_MAT_ID.
+    pub n_expert: usize,
+    pub n_expert_used: usize,
 }
 
-pub const PRESETS: [Preset; 4] = [
+pub const PRESETS: [Preset; 5] = [
     // Small enough for tests: a few MB, every matrix row a whole number of 64-weight blocks.
     Preset {
         name: "tiny",
@@ -43,6 +47,22 @@ pub const PRESETS: [Preset; 4] = [
         head_dim: 64,
         n_vocab: 1024,
         n_ctx: 512,
+        n_expert: 0,
+        n_expert_used: 0,
+    },
+    // The tiny model with a mixture of experts (Mixtral-style llama): 4 experts, 2 per token.
+    Preset {
+        name: "tiny-moe",
+        n_layer: 2,
+        n_embd: 256,
+        n_ff: 512,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_vocab: 1024,
+        n_ctx: 512,
+        n_expert: 4,
+        n_expert_used: 2,
     },
     // Qwen3-1.7B shapes.
     Preset {
@@ -55,6 +75,8 @@ pub const PRESETS: [Preset; 4] = [
         head_dim: 128,
         n_vocab: 151669,
         n_ctx: 4096,
+        n_expert: 0,
+        n_expert_used: 0,
     },
     // Qwen3-8B shapes.
     Preset {
@@ -67,6 +89,8 @@ pub const PRESETS: [Preset; 4] = [
         head_dim: 128,
         n_vocab: 151669,
         n_ctx: 4096,
+        n_expert: 0,
+        n_expert_used: 0,
     },
     // Bonsai 2 shapes (issue 5): hidden 5120, FFN 17408, attention 6144 wide (24 heads of 256), as the 27B
     // PQ2_0 / PTQ1_0 models. Layer count, KV heads and vocabulary are this project's assumptions (a plain llama
@@ -81,6 +105,8 @@ pub const PRESETS: [Preset; 4] = [
         head_dim: 256,
         n_vocab: 151669,
         n_ctx: 4096,
+        n_expert: 0,
+        n_expert_used: 0,
     },
 ];
 
@@ -339,6 +365,11 @@ pub fn write_model(
         ),
         ("llama.rope.freq_base".into(), Value::F32(1_000_000.0)),
         ("llama.vocab_size".into(), Value::U32(p.n_vocab as u32)),
+        ("llama.expert_count".into(), Value::U32(p.n_expert as u32)),
+        (
+            "llama.expert_used_count".into(),
+            Value::U32(p.n_expert_used as u32),
+        ),
         ("tokenizer.ggml.model".into(), Value::Str("llama".into())),
         ("tokenizer.ggml.tokens".into(), Value::StrArray(tokens)),
         ("tokenizer.ggml.scores".into(), Value::F32Array(scores)),
@@ -350,14 +381,19 @@ pub fn write_model(
     ];
     let mut tensors: Vec<Tensor> = Vec::new();
     let mut index = 0u64;
-    let mut matrix = |name: String, k: usize, rows: usize, scale: f32| {
+    // A weight matrix of `rows` rows of `k`, or with `experts > 0` a stack of that many (a 3-D tensor).
+    let mut stack = |experts: usize, name: String, k: usize, rows: usize, scale: f32| {
         index += 1;
         let tensor_seed = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ index;
+        let mut dims = vec![k as u64, rows as u64];
+        if experts > 0 {
+            dims.push(experts as u64);
+        }
         Tensor {
             name,
-            dims: vec![k as u64, rows as u64],
+            dims,
             ggml_type: wtype.ggml_type(),
-            nbytes: rows * k / block_weights * block_bytes,
+            nbytes: rows * experts.max(1) * k / block_weights * block_bytes,
             fill: Box::new(move |buf: &mut [u8]| wtype.fill(buf, k, scale, tensor_seed)),
         }
     };
@@ -372,55 +408,97 @@ pub fn write_model(
         }),
     };
     let inv = |k: usize| 1.0 / (k as f32).sqrt();
-    tensors.push(matrix("token_embd.weight".into(), p.n_embd, p.n_vocab, 1.0));
+    // A router (f32, `n_embd × n_expert`) with seeded values in ±1/sqrt(n_embd): tokens spread over the experts.
+    let router = |name: String, n_embd: usize, n_expert: usize, layer: u64| {
+        let stream = seed ^ 0x5bd1_e995 ^ (layer << 32);
+        Tensor {
+            name,
+            dims: vec![n_embd as u64, n_expert as u64],
+            ggml_type: GGML_TYPE_F32,
+            nbytes: 4 * n_embd * n_expert,
+            fill: Box::new(move |buf: &mut [u8]| {
+                let mut next = splitmix(stream);
+                let scale = 1.0 / (n_embd as f32).sqrt();
+                for c in buf.chunks_exact_mut(4) {
+                    let u = (next() >> 40) as f32 / (1u64 << 24) as f32;
+                    c.copy_from_slice(&((2.0 * u - 1.0) * scale).to_le_bytes());
+                }
+            }),
+        }
+    };
+    tensors.push(stack(
+        0,
+        "token_embd.weight".into(),
+        p.n_embd,
+        p.n_vocab,
+        1.0,
+    ));
     for l in 0..p.n_layer {
         tensors.push(norm(format!("blk.{l}.attn_norm.weight"), p.n_embd));
-        tensors.push(matrix(
+        tensors.push(stack(
+            0,
             format!("blk.{l}.attn_q.weight"),
             p.n_embd,
             q_dim,
             inv(p.n_embd),
         ));
-        tensors.push(matrix(
+        tensors.push(stack(
+            0,
             format!("blk.{l}.attn_k.weight"),
             p.n_embd,
             kv_dim,
             inv(p.n_embd),
         ));
-        tensors.push(matrix(
+        tensors.push(stack(
+            0,
             format!("blk.{l}.attn_v.weight"),
             p.n_embd,
             kv_dim,
             inv(p.n_embd),
         ));
-        tensors.push(matrix(
+        tensors.push(stack(
+            0,
             format!("blk.{l}.attn_output.weight"),
             q_dim,
             p.n_embd,
             inv(q_dim),
         ));
         tensors.push(norm(format!("blk.{l}.ffn_norm.weight"), p.n_embd));
-        tensors.push(matrix(
-            format!("blk.{l}.ffn_gate.weight"),
+        // Dense: ffn_{gate,up,down}; with experts: the router and ffn_{gate,up,down}_exps stacks.
+        let sfx = if p.n_expert > 0 { "_exps" } else { "" };
+        if p.n_expert > 0 {
+            tensors.push(router(
+                format!("blk.{l}.ffn_gate_inp.weight"),
+                p.n_embd,
+                p.n_expert,
+                l as u64,
+            ));
+        }
+        tensors.push(stack(
+            p.n_expert,
+            format!("blk.{l}.ffn_gate{sfx}.weight"),
             p.n_embd,
             p.n_ff,
             inv(p.n_embd),
         ));
-        tensors.push(matrix(
-            format!("blk.{l}.ffn_up.weight"),
+        tensors.push(stack(
+            p.n_expert,
+            format!("blk.{l}.ffn_up{sfx}.weight"),
             p.n_embd,
             p.n_ff,
             inv(p.n_embd),
         ));
-        tensors.push(matrix(
-            format!("blk.{l}.ffn_down.weight"),
+        tensors.push(stack(
+            p.n_expert,
+            format!("blk.{l}.ffn_down{sfx}.weight"),
             p.n_ff,
             p.n_embd,
             inv(p.n_ff),
         ));
     }
     tensors.push(norm("output_norm.weight".into(), p.n_embd));
-    tensors.push(matrix(
+    tensors.push(stack(
+        0,
         "output.weight".into(),
         p.n_embd,
         p.n_vocab,
@@ -485,6 +563,35 @@ mod tests {
             (share[0] - 0.3125).abs() < 0.02 && (share[1] - 0.375).abs() < 0.02,
             "{share:?}"
         );
+    }
+
+    #[test]
+    fn the_moe_preset_writes_expert_stacks_and_a_router() {
+        let dir = std::env::temp_dir().join(format!("ggml-lowbit-moe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("tiny-moe.gguf");
+        let p = preset("tiny-moe").expect("tiny-moe");
+        let info = write_model(&path, p, WeightType::Q2_0, 7).expect("write");
+        let types = crate::gguf::tensor_types(&path).expect("read back");
+        let ty = |name: &str| types.iter().find(|(n, _)| n == name).map(|(_, t)| *t);
+        for l in 0..p.n_layer {
+            assert_eq!(
+                ty(&format!("blk.{l}.ffn_gate_inp.weight")),
+                Some(GGML_TYPE_F32)
+            );
+            for m in ["gate", "up", "down"] {
+                assert_eq!(
+                    ty(&format!("blk.{l}.ffn_{m}_exps.weight")),
+                    Some(GGML_TYPE_Q2_0)
+                );
+                assert_eq!(ty(&format!("blk.{l}.ffn_{m}.weight")), None);
+            }
+        }
+        let per_layer = p.n_embd * (2 * p.n_head * p.head_dim + 2 * p.n_head_kv * p.head_dim)
+            + 3 * p.n_expert * p.n_embd * p.n_ff;
+        let weights = p.n_layer * per_layer + 2 * p.n_vocab * p.n_embd;
+        assert_eq!(info.weight_bytes as usize, weights / 64 * 18);
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

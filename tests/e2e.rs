@@ -102,6 +102,46 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A mixture-of-experts model (MUL_MAT_ID with Q2_0 experts): the same identities through every build, the
+/// preload's expert hook and the patched builds' expert entry.
+#[test]
+fn tiny_moe_model_gives_identical_text_and_perplexity_on_every_build() {
+    let dir = scratch("moe");
+    let model = dir.join("tiny-moe.gguf");
+    let out = harness(&[
+        "model",
+        "--preset",
+        "tiny-moe",
+        "--seed",
+        "5",
+        "--out",
+        model.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let out = harness(&[
+        "e2e",
+        "--model",
+        model.to_str().unwrap(),
+        "--build",
+        "all",
+        "--no-bench",
+        "--threads",
+        "2",
+        "--ubatch",
+        "7,33",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "e2e reported a difference");
+    // The greedy completion decodes one token at a time (batch 1); perplexity covers small and odd prefills.
+    assert_eq!(stdout.matches("identical text").count(), 3, "{stdout}");
+    assert_eq!(
+        stdout.matches("identical per-chunk values").count(),
+        6,
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn model_generator_is_deterministic_and_follows_the_seed() {
     let dir = scratch("det");

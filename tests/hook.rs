@@ -1,7 +1,8 @@
-//! The preloaded `mul_mat` hook (`src/hook.rs`): its mirror of ggml's structs against the pinned headers, and
-//! the cases where it must stay out of the way (a ggml version it does not know, `GGML_LOWBIT_MULMAT=0`,
-//! verify mode) while the vec_dot exports still serve and the outputs stay identical. That the hook serves and
-//! gives stock's bits on every build, thread count and batch size is `tests/e2e.rs`.
+//! The preloaded `mul_mat` hook (`src/hook.rs`): its mirror of ggml's structs against the pinned headers, the
+//! MUL_MAT_ID expert path (preloaded and patched), and the cases where it must stay out of the way (a ggml
+//! version it does not know, `GGML_LOWBIT_MULMAT=0`, verify mode) while the vec_dot exports still serve and the
+//! outputs stay identical. That the hook serves and gives stock's bits on every build, thread count and batch
+//! size is `tests/e2e.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,9 +40,13 @@ fn cc(args: &[String], out: &Path) {
 }
 
 fn tiny_model(dir: &Path) -> PathBuf {
-    let path = dir.join("tiny.gguf");
+    model(dir, "tiny")
+}
+
+fn model(dir: &Path, preset: &str) -> PathBuf {
+    let path = dir.join(format!("{preset}.gguf"));
     let out = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
-        .args(["model", "--preset", "tiny", "--seed", "5", "--out"])
+        .args(["model", "--preset", preset, "--seed", "5", "--out"])
         .arg(&path)
         .output()
         .expect("run harness");
@@ -185,4 +190,39 @@ fn mulmat_0_and_verify_mode_keep_the_hook_out() {
     assert!(run.stderr.contains(" 0 mismatches"), "{}", run.stderr);
     let run = completion_with(e2e::WITH_HOOK);
     assert!(e2e::hook_on(&run), "{}", run.stderr);
+}
+
+/// MUL_MAT_ID: the preload's per-expert hook and the patched build's expert entry compute the Q2_0 experts
+/// (their exit line counts the expert products) and the text is stock's.
+#[test]
+fn moe_experts_go_through_the_tile_kernels_with_stock_text() {
+    let dir = scratch("moe");
+    let model = model(&dir, "tiny-moe");
+    let args = e2e::completion_args(&model, 2, 8);
+    let stock_tools = e2e::tools_dir("haswell").expect("stock haswell build");
+    let patched_tools = e2e::patched_tools_dir("haswell")
+        .expect("patched build")
+        .expect("haswell has a patched build");
+    let stock =
+        e2e::run_tool(&stock_tools, "llama-completion", &args, None, false).expect("stock run");
+    let lib = lib();
+    let preloaded = Preload {
+        lib: Some(&lib),
+        env: e2e::WITH_HOOK,
+    };
+    let linked = Preload {
+        lib: None,
+        env: &[],
+    };
+    for (tools, how) in [(&stock_tools, preloaded), (&patched_tools, linked)] {
+        let run = e2e::run_tool(tools, "llama-completion", &args, Some(how), false).expect("run");
+        assert_eq!(stock.stdout, run.stdout, "{}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("MUL_MAT_ID expert products through the tile kernels"),
+            "{}",
+            run.stderr
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -121,7 +121,7 @@ enum Command {
     },
     /// Writes a synthetic llama-architecture GGUF model with random low-bit weights shaped like a real one.
     Model {
-        /// tiny, bonsai-1.7b, bonsai-8b or bonsai2-27b.
+        /// tiny, tiny-moe, bonsai-1.7b, bonsai-8b or bonsai2-27b.
         #[arg(long, default_value = "tiny")]
         preset: String,
         /// Weight type: q2_0, or the PrismML fork's pq2_0 (142) / ptq1_0 (143), which only the fork loads.
