@@ -35,34 +35,29 @@ pub struct Preset {
     pub n_expert_used: usize,
 }
 
+/// Small enough for tests: a few MB, every matrix row a whole number of 64-weight blocks.
+const TINY: Preset = Preset {
+    name: "tiny",
+    n_layer: 2,
+    n_embd: 256,
+    n_ff: 512,
+    n_head: 4,
+    n_head_kv: 2,
+    head_dim: 64,
+    n_vocab: 1024,
+    n_ctx: 512,
+    n_expert: 0,
+    n_expert_used: 0,
+};
+
 pub const PRESETS: [Preset; 5] = [
-    // Small enough for tests: a few MB, every matrix row a whole number of 64-weight blocks.
-    Preset {
-        name: "tiny",
-        n_layer: 2,
-        n_embd: 256,
-        n_ff: 512,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 64,
-        n_vocab: 1024,
-        n_ctx: 512,
-        n_expert: 0,
-        n_expert_used: 0,
-    },
+    TINY,
     // The tiny model with a mixture of experts (Mixtral-style llama): 4 experts, 2 per token.
     Preset {
         name: "tiny-moe",
-        n_layer: 2,
-        n_embd: 256,
-        n_ff: 512,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 64,
-        n_vocab: 1024,
-        n_ctx: 512,
         n_expert: 4,
         n_expert_used: 2,
+        ..TINY
     },
     // Qwen3-1.7B shapes.
     Preset {
