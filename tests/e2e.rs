@@ -42,24 +42,31 @@ fn tiny_model(dir: &std::path::Path, seed: &str) -> PathBuf {
     path
 }
 
+/// `ggml-lowbit-ab e2e` on `model` without llama-bench, on stock `build`, `threads` threads and perplexity
+/// micro-batches `ubatch`; asserts it reported no difference and returns its table.
+fn e2e_identical(model: &std::path::Path, build: &str, threads: &str, ubatch: &str) -> String {
+    let model = model.to_str().unwrap();
+    let out = harness(&[
+        "e2e",
+        "--model",
+        model,
+        "--build",
+        build,
+        "--no-bench",
+        "--threads",
+        threads,
+        "--ubatch",
+        ubatch,
+    ]);
+    assert!(out.status.success(), "e2e reported a difference");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every_build() {
     let dir = scratch("e2e");
     let model = tiny_model(&dir, "7");
-    let out = harness(&[
-        "e2e",
-        "--model",
-        model.to_str().unwrap(),
-        "--build",
-        "all",
-        "--no-bench",
-        "--threads",
-        "2",
-        "--ubatch",
-        "1,7,8,33,128",
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "e2e reported a difference");
+    let stdout = e2e_identical(&model, "all", "2", "1,7,8,33,128");
     assert_eq!(stdout.matches("identical text").count(), 3, "{stdout}");
     assert_eq!(
         stdout.matches("identical per-chunk values").count(),
@@ -82,18 +89,7 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every
         .count();
     assert_eq!(patched_rows, 10, "{stdout}");
     // One thread too: a different split of the work must give the same bits.
-    let out = harness(&[
-        "e2e",
-        "--model",
-        model.to_str().unwrap(),
-        "--no-bench",
-        "--threads",
-        "1",
-        "--ubatch",
-        "1,7,33",
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success());
+    let stdout = e2e_identical(&model, "haswell", "1", "1,7,33");
     assert_eq!(
         stdout.matches("identical per-chunk values").count(),
         3,
@@ -118,20 +114,7 @@ fn tiny_moe_model_gives_identical_text_and_perplexity_on_every_build() {
         model.to_str().unwrap(),
     ]);
     assert!(out.status.success());
-    let out = harness(&[
-        "e2e",
-        "--model",
-        model.to_str().unwrap(),
-        "--build",
-        "all",
-        "--no-bench",
-        "--threads",
-        "2",
-        "--ubatch",
-        "7,33",
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "e2e reported a difference");
+    let stdout = e2e_identical(&model, "all", "2", "7,33");
     // The greedy completion decodes one token at a time (batch 1); perplexity covers small and odd prefills.
     assert_eq!(stdout.matches("identical text").count(), 3, "{stdout}");
     assert_eq!(

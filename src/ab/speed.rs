@@ -87,22 +87,35 @@ impl MatVec {
         }
     }
 
-    /// One mat-vec through `f`, rows split in one contiguous chunk per thread of `team`.
-    pub fn run(&self, f: VecDotFn, out: &mut [f32], team: &Team) {
+    /// Runs `job(row_bytes, r0, r1, out)` on every thread of `team` for its contiguous rows `r0..r1` (none
+    /// when empty); `out` is the base of the output, which each thread writes only at its own rows.
+    fn split_rows(
+        &self,
+        out: &mut [f32],
+        team: &Team,
+        job: &(dyn Fn(usize, usize, usize, usize) + Sync),
+    ) {
         let (bw, bb) = self.format.block();
         let row_bytes = self.cols / bw * bb;
-        let threads = team.threads();
-        let chunk = self.rows.div_ceil(threads);
-        let n = self.cols as i32;
-        let (act, weights, out_ptr, rows) = (
+        let chunk = self.rows.div_ceil(team.threads());
+        let (out_ptr, rows) = (out.as_mut_ptr() as usize, self.rows.min(out.len()));
+        team.run(&|t| {
+            let (r0, r1) = ((t * chunk).min(rows), ((t + 1) * chunk).min(rows));
+            if r0 < r1 {
+                job(row_bytes, r0, r1, out_ptr);
+            }
+        });
+    }
+
+    /// One mat-vec through `f`, one call per row, rows split in one contiguous chunk per thread of `team`.
+    pub fn run(&self, f: VecDotFn, out: &mut [f32], team: &Team) {
+        let (n, act, weights) = (
+            self.cols as i32,
             self.act.as_ptr() as usize,
             self.weights.as_ptr() as usize,
-            out.as_mut_ptr() as usize,
-            self.rows.min(out.len()),
         );
-        team.run(&|t| {
-            for r in (t * chunk)..((t + 1) * chunk).min(rows) {
-                let row = (weights + r * row_bytes) as *const c_void;
+        self.split_rows(out, team, &|row_bytes, r0, r1, out_ptr| {
+            for r in r0..r1 {
                 // SAFETY: row `r` holds `cols/bw` blocks, the activation `cols/32`; each thread writes only its
                 // own rows of `out`, which outlives the run (`Team::run` returns when every thread is done).
                 unsafe {
@@ -110,7 +123,7 @@ impl MatVec {
                         n,
                         (out_ptr as *mut f32).add(r),
                         0,
-                        row,
+                        (weights + r * row_bytes) as *const c_void,
                         0,
                         act as *const c_void,
                         0,
@@ -120,26 +133,15 @@ impl MatVec {
             }
         });
     }
-}
 
-impl MatVec {
     /// One mat-vec through the tile export `f` (Q2_0 only): one call per thread on its contiguous rows.
     pub fn run_mul_mat(&self, f: MulMatFn, out: &mut [f32], team: &Team) {
-        let (bw, bb) = self.format.block();
-        let row_bytes = self.cols / bw * bb;
-        let chunk = self.rows.div_ceil(team.threads());
-        let (act, weights, out_ptr, rows, n) = (
+        let (n, act, weights) = (
+            self.cols as i32,
             self.act.as_ptr() as usize,
             self.weights.as_ptr() as usize,
-            out.as_mut_ptr() as usize,
-            self.rows.min(out.len()),
-            self.cols as i32,
         );
-        team.run(&|t| {
-            let (r0, r1) = ((t * chunk).min(rows), ((t + 1) * chunk).min(rows));
-            if r0 == r1 {
-                return;
-            }
+        self.split_rows(out, team, &|row_bytes, r0, r1, out_ptr| {
             // SAFETY: rows r0..r1 lie in the weights, the activation holds one column; each thread writes only
             // its own rows of `out`, which outlives the run.
             unsafe {
