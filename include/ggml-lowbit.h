@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define Q1_0_BYTES 18
+
 #define QK_PQ2_0 128
 
 #define QK_PTQ1_0 128
@@ -17,12 +19,16 @@
  */
 #define PACKED_BYTES 26
 
+#define QK1_0 128
+
 #define ALIGNMENT 32
 
 /*
  ggml type ids.
  */
 #define GGML_TYPE_F32 0
+
+#define GGML_TYPE_Q1_0 41
 
 #define GGML_TYPE_Q2_0 42
 
@@ -64,6 +70,29 @@ void quantize_row_q8_0(const float *x, void *vy, int64_t k);
  As ggml's: `vx` holds `k/64` blocks, `y` has room for `k` floats.
  */
 void dequantize_row_q2_0(const void *vx, float *y, int64_t k);
+
+/*
+ `*s = Σ` of one Q1_0 row (`vx`, `n/128` blocks) against one q8_0 row (`vy`, `n/32` blocks).
+
+ # Safety
+ As ggml's: `vx` and `vy` hold `n/128` and `4·(n/128)` blocks, `s` is writable.
+ */
+void ggml_vec_dot_q1_0_q8_0(int n,
+                            float *s,
+                            size_t bs,
+                            const void *vx,
+                            size_t bx,
+                            const void *vy,
+                            size_t by,
+                            int nrc);
+
+/*
+ Dequantizes `k` weights (whole blocks of 128) of a Q1_0 row.
+
+ # Safety
+ As ggml's: `vx` holds `k/128` blocks, `y` has room for `k` floats.
+ */
+void dequantize_row_q1_0(const void *vx, float *y, int64_t k);
 
 /*
  PrismML fork: `*s = Σ` of one PQ2_0 row (`vx`, `n/128` blocks) against one q8_0 row (`vy`, `n/32` blocks).
@@ -135,6 +164,24 @@ void ggml_lowbit_mul_mat_q2_0_q8_0(int n,
                                    int ncols);
 
 /*
+ Whole Q1_0 products: as `ggml_lowbit_mul_mat_q2_0_q8_0` with Q1_0 rows (`n/128` blocks of 18 bytes) and the
+ bits of `ggml_vec_dot_q1_0_q8_0` on every pair. `n` not a multiple of 128 ignores the tail; the other edge
+ cases are as there.
+
+ # Safety
+ Rows, columns and the output hold what the arguments describe.
+ */
+void ggml_lowbit_mul_mat_q1_0_q8_0(int n,
+                                   float *s,
+                                   size_t bs,
+                                   const void *vx,
+                                   size_t bx,
+                                   const void *vy,
+                                   size_t by,
+                                   int nrows,
+                                   int ncols);
+
+/*
  The patched ggml-cpu's entry at the start of every MUL_MAT (`ggml-patch/cpu.patch`): computes whole Q2_0
  products like the preloaded hook below and returns `true`, or returns `false` and leaves the op to ggml.
 
@@ -152,6 +199,21 @@ bool ggml_lowbit_compute_forward_mul_mat(const void *params,
  As `ggml_vec_dot_q2_0_q8_0`.
  */
 void ggml_lowbit_vec_dot_q2_0_q8_0(int n,
+                                   float *s,
+                                   size_t bs,
+                                   const void *vx,
+                                   size_t bx,
+                                   const void *vy,
+                                   size_t by,
+                                   int nrc);
+
+/*
+ `ggml_vec_dot_q1_0_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+
+ # Safety
+ As `ggml_vec_dot_q1_0_q8_0`.
+ */
+void ggml_lowbit_vec_dot_q1_0_q8_0(int n,
                                    float *s,
                                    size_t bs,
                                    const void *vx,

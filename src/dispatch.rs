@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 
 use crate::formats::pq2_0::{self, BlockPQ2_0};
 use crate::formats::ptq1_0::{self, BlockPTQ1_0};
+use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{self, BlockQ2_0};
 use crate::formats::q8_0::{self, BlockQ8_0};
 use crate::tiles::{mul_mat_by_pairs, Emit, Rows};
@@ -91,6 +92,8 @@ pub struct Kernels {
     vec_dot_pq2_0_q8_0: unsafe fn(&[BlockPQ2_0], &[BlockQ8_0]) -> f32,
     vec_dot_ptq1_0_q8_0: unsafe fn(&[BlockPTQ1_0], &[BlockQ8_0]) -> f32,
     mul_mat_q2_0_q8_0: unsafe fn(Rows<'_, BlockQ2_0>, Rows<'_, BlockQ8_0>, Emit<'_>),
+    vec_dot_q1_0_q8_0: unsafe fn(&[BlockQ1_0], &[BlockQ8_0]) -> f32,
+    mul_mat_q1_0_q8_0: unsafe fn(Rows<'_, BlockQ1_0>, Rows<'_, BlockQ8_0>, Emit<'_>),
 }
 
 impl Kernels {
@@ -132,6 +135,16 @@ impl Kernels {
                         } else {
                             avx512::mul_mat_q2_0_q8_0::<false>
                         },
+                        vec_dot_q1_0_q8_0: if haswell {
+                            avx512::vec_dot_q1_0_q8_0::<true>
+                        } else {
+                            avx512::vec_dot_q1_0_q8_0::<false>
+                        },
+                        mul_mat_q1_0_q8_0: if haswell {
+                            avx512::mul_mat_q1_0_q8_0::<true>
+                        } else {
+                            avx512::mul_mat_q1_0_q8_0::<false>
+                        },
                     }
                 }
                 Isa::Avx2 => {
@@ -163,6 +176,16 @@ impl Kernels {
                             avx2::mul_mat_q2_0_q8_0::<true>
                         } else {
                             avx2::mul_mat_q2_0_q8_0::<false>
+                        },
+                        vec_dot_q1_0_q8_0: if haswell {
+                            avx2::vec_dot_q1_0_q8_0::<true>
+                        } else {
+                            avx2::vec_dot_q1_0_q8_0::<false>
+                        },
+                        mul_mat_q1_0_q8_0: if haswell {
+                            avx2_mul_mat_q1_0::<true>
+                        } else {
+                            avx2_mul_mat_q1_0::<false>
                         },
                     }
                 }
@@ -197,6 +220,16 @@ impl Kernels {
                 scalar_mul_mat_q2_0::<true>
             } else {
                 scalar_mul_mat_q2_0::<false>
+            },
+            vec_dot_q1_0_q8_0: if haswell {
+                q1_0::vec_dot_q1_0_q8_0_haswell_model
+            } else {
+                q1_0::vec_dot_q1_0_q8_0_x64_model
+            },
+            mul_mat_q1_0_q8_0: if haswell {
+                scalar_mul_mat_q1_0::<true>
+            } else {
+                scalar_mul_mat_q1_0::<false>
             },
         }
     }
@@ -236,6 +269,45 @@ impl Kernels {
         assert!(y.len() >= q2_0::QK2_0 * x.len(), "f32 output too short");
         // SAFETY: as above.
         unsafe { (self.dequantize_row_q2_0)(x, y) }
+    }
+}
+
+impl Kernels {
+    /// Q1_0 against `4·x.len()` q8_0 blocks, in the haswell build's eight-lane order or the x64 build's chain.
+    pub fn vec_dot_q1_0_q8_0(&self, x: &[BlockQ1_0], y: &[BlockQ8_0]) -> f32 {
+        assert!(y.len() >= 4 * x.len(), "q8_0 row shorter than the Q1_0 row");
+        // SAFETY: as `vec_dot_q2_0_q8_0`.
+        unsafe { (self.vec_dot_q1_0_q8_0)(x, y) }
+    }
+
+    /// Whether this table's Q1_0 kernel beats the stock one it would replace. The haswell build's own AVX2
+    /// kernel is already SIMD; our AVX2 kernel in its order measured 0.91–0.92× of it (`docs/PERFORMANCE.md`),
+    /// so without AVX-512 a preloaded library passes Q1_0 to stock.
+    pub fn serves_q1_0_over_stock(&self) -> bool {
+        self.order == FloatOrder::X64 || self.isa >= Isa::Avx512
+    }
+
+    /// `W · Y` for Q1_0: `emit(r, c, v)` with the bits of `vec_dot_q1_0_q8_0(x.row(r), y.row(c))`: the tile
+    /// kernel with AVX-512 in the haswell order, one `vec_dot` per pair otherwise (`tiles.rs`).
+    pub fn mul_mat_q1_0_q8_0(
+        &self,
+        x: Rows<'_, BlockQ1_0>,
+        y: Rows<'_, BlockQ8_0>,
+        emit: Emit<'_>,
+    ) {
+        assert!(
+            y.nb() >= 4 * x.nb(),
+            "q8_0 columns shorter than the Q1_0 rows"
+        );
+        // SAFETY: as `vec_dot_q2_0_q8_0`.
+        unsafe { (self.mul_mat_q1_0_q8_0)(x, y, emit) }
+    }
+
+    /// `dequantize_row_q1_0` (not a hot path: the scalar model on every instruction set; same bits in both
+    /// builds).
+    pub fn dequantize_row_q1_0(&self, x: &[BlockQ1_0], y: &mut [f32]) {
+        assert!(y.len() >= q1_0::QK1_0 * x.len(), "f32 output too short");
+        q1_0::dequantize_row_q1_0_model(x, y)
     }
 }
 
@@ -283,6 +355,44 @@ fn scalar_mul_mat_q2_0<const FMA: bool>(
 ) {
     mul_mat_by_pairs(
         |x, y| q2_0::vec_dot_q2_0_q8_0_from::<FMA>(0.0, x, y),
+        x,
+        y,
+        emit,
+    )
+}
+
+fn scalar_mul_mat_q1_0<const HASWELL: bool>(
+    x: Rows<'_, BlockQ1_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    let order = if HASWELL {
+        FloatOrder::Haswell
+    } else {
+        FloatOrder::X64
+    };
+    mul_mat_by_pairs(
+        |x, y| q1_0::vec_dot_q1_0_q8_0_model(order, x, &y[..4 * x.len()]),
+        x,
+        y,
+        emit,
+    )
+}
+
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn avx2_mul_mat_q1_0<const HASWELL: bool>(
+    x: Rows<'_, BlockQ1_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    mul_mat_by_pairs(
+        // SAFETY: this function's features are the kernel's; the pair's lengths match.
+        |x, y| unsafe {
+            crate::arch::x86::avx2::vec_dot_q1_0_q8_0::<HASWELL>(x, &y[..4 * x.len()])
+        },
         x,
         y,
         emit,

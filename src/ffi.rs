@@ -74,6 +74,40 @@ pub unsafe extern "C" fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: 
     })
 }
 
+/// `*s = Σ` of one Q1_0 row (`vx`, `n/128` blocks) against one q8_0 row (`vy`, `n/32` blocks).
+///
+/// # Safety
+/// As ggml's: `vx` and `vy` hold `n/128` and `4·(n/128)` blocks, `s` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_vec_dot_q1_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_vec_dot_q1_0_q8_0", || unsafe {
+        interpose::vec_dot_q1_0_q8_0(args)
+    })
+}
+
+/// Dequantizes `k` weights (whole blocks of 128) of a Q1_0 row.
+///
+/// # Safety
+/// As ggml's: `vx` holds `k/128` blocks, `y` has room for `k` floats.
+#[no_mangle]
+pub unsafe extern "C" fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("dequantize_row_q1_0", || unsafe {
+        interpose::dequantize_row_q1_0(vx, y, k)
+    })
+}
+
 /// PrismML fork: `*s = Σ` of one PQ2_0 row (`vx`, `n/128` blocks) against one q8_0 row (`vy`, `n/32` blocks).
 ///
 /// # Safety
@@ -182,6 +216,41 @@ pub unsafe extern "C" fn ggml_lowbit_mul_mat_q2_0_q8_0(
     })
 }
 
+/// Whole Q1_0 products: as `ggml_lowbit_mul_mat_q2_0_q8_0` with Q1_0 rows (`n/128` blocks of 18 bytes) and the
+/// bits of `ggml_vec_dot_q1_0_q8_0` on every pair. `n` not a multiple of 128 ignores the tail; the other edge
+/// cases are as there.
+///
+/// # Safety
+/// Rows, columns and the output hold what the arguments describe.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_mul_mat_q1_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrows: c_int,
+    ncols: c_int,
+) {
+    let args = interpose::MulMatArgs {
+        n,
+        s,
+        bs,
+        vx,
+        bx,
+        vy,
+        by,
+        nrows,
+        ncols,
+    };
+    // SAFETY: the contract above, passed on.
+    guard("ggml_lowbit_mul_mat_q1_0_q8_0", || unsafe {
+        interpose::mul_mat_q1_0_q8_0(args)
+    })
+}
+
 /// The patched ggml-cpu's entry at the start of every MUL_MAT (`ggml-patch/cpu.patch`): computes whole Q2_0
 /// products like the preloaded hook below and returns `true`, or returns `false` and leaves the op to ggml.
 ///
@@ -218,6 +287,28 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_q2_0_q8_0(
     // SAFETY: ggml's contract for this symbol, passed on.
     guard("ggml_lowbit_vec_dot_q2_0_q8_0", || unsafe {
         interpose::vec_dot_q2_0_q8_0(args)
+    })
+}
+
+/// `ggml_vec_dot_q1_0_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+///
+/// # Safety
+/// As `ggml_vec_dot_q1_0_q8_0`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_vec_dot_q1_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_vec_dot_q1_0_q8_0", || unsafe {
+        interpose::vec_dot_q1_0_q8_0(args)
     })
 }
 

@@ -47,6 +47,20 @@ pub const fn f16_to_f32(h: u16) -> f32 {
     f32::from_bits(bits)
 }
 
+/// `f16_to_f32` of every half, indexed by its bits (256 KiB, built at compile time). Kernels whose inner loops
+/// convert a scale per 32 or 128 weights read it instead of converting: a scalar load and a broadcast from
+/// memory are load-port work, where `vpbroadcastw` + `vcvtph2ps` compete with the dot product for the vector
+/// ports. A test checks every entry against F16C.
+pub static F16_TO_F32_TABLE: [f32; 65536] = {
+    let mut t = [0f32; 65536];
+    let mut i = 0;
+    while i < 65536 {
+        t[i] = f16_to_f32(i as u16);
+        i += 1;
+    }
+    t
+};
+
 /// Round-to-nearest-even f32 → f16 for every non-NaN input (overflow goes to ±Inf, tiny values to subnormals or
 /// ±0). `None` for NaN, whose encoding is build-specific.
 fn f32_to_f16_rne_non_nan(f: f32) -> Option<u16> {
@@ -98,6 +112,36 @@ pub fn f32_to_f16_ggml_soft_model(f: f32) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table and the conversion give F16C's bits for every half, NaNs included.
+    #[test]
+    fn table_matches_f16c_on_every_half() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !std::arch::is_x86_feature_detected!("f16c") {
+                eprintln!("no F16C here: the table is checked against the conversion only");
+            } else {
+                for h in 0..=u16::MAX {
+                    // SAFETY: F16C was detected above.
+                    let hw = unsafe {
+                        use std::arch::x86_64::*;
+                        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+                    };
+                    assert_eq!(
+                        F16_TO_F32_TABLE[h as usize].to_bits(),
+                        hw.to_bits(),
+                        "{h:#06x}"
+                    );
+                }
+            }
+        }
+        for h in 0..=u16::MAX {
+            assert_eq!(
+                F16_TO_F32_TABLE[h as usize].to_bits(),
+                f16_to_f32(h).to_bits()
+            );
+        }
+    }
 
     #[test]
     fn widening_matches_half_crate_on_every_non_nan_input() {

@@ -16,6 +16,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 use crate::dispatch::env_choice;
+use crate::dispatch::Kernels;
+use crate::formats::q1_0::BlockQ1_0;
 use crate::formats::q2_0::BlockQ2_0;
 use crate::formats::q8_0::BlockQ8_0;
 use crate::interpose::{config, next_symbol, Mode};
@@ -25,7 +27,67 @@ use crate::tiles::Rows;
 pub const KNOWN_VERSIONS: [&str; 1] = ["0.25.3"];
 
 const GGML_TYPE_F32: c_int = 0;
+const GGML_TYPE_Q1_0: c_int = 41;
 const GGML_TYPE_Q2_0: c_int = 42;
+
+/// A weight format the hook serves; both have 18-byte blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Weights {
+    Q2_0,
+    Q1_0,
+}
+
+const BLOCK_BYTES: usize = 18;
+
+impl Weights {
+    /// The format of a ggml type, if the hook serves it with these kernels: Q1_0 only where our kernel beats
+    /// stock's (`Kernels::serves_q1_0_over_stock`).
+    fn of(type_: c_int, kernels: &Kernels) -> Option<Weights> {
+        match type_ {
+            GGML_TYPE_Q2_0 => Some(Weights::Q2_0),
+            GGML_TYPE_Q1_0 if kernels.serves_q1_0_over_stock() => Some(Weights::Q1_0),
+            _ => None,
+        }
+    }
+
+    /// Weights per block.
+    fn qk(self) -> usize {
+        match self {
+            Weights::Q2_0 => 64,
+            Weights::Q1_0 => 128,
+        }
+    }
+
+    /// `rows` rows of `nb` blocks, `stride` blocks apart from `w`, against `y`, through the tile kernels.
+    ///
+    /// # Safety
+    /// `w` addresses `(rows − 1)·stride + nb` blocks of this format; `rows ≥ 1`.
+    unsafe fn mul_mat(
+        self,
+        kernels: &Kernels,
+        w: *const u8,
+        (nb, stride, rows): (usize, usize, usize),
+        y: Rows<'_, BlockQ8_0>,
+        emit: crate::tiles::Emit<'_>,
+    ) {
+        let len = (rows - 1) * stride + nb;
+        // SAFETY: the caller's contract: `len` blocks at `w`; both block types are 18 plain bytes.
+        unsafe {
+            match self {
+                Weights::Q2_0 => {
+                    let w = std::slice::from_raw_parts(w as *const BlockQ2_0, len);
+                    let x = Rows::new(w, nb, stride, rows).expect("sized above");
+                    kernels.mul_mat_q2_0_q8_0(x, y, emit)
+                }
+                Weights::Q1_0 => {
+                    let w = std::slice::from_raw_parts(w as *const BlockQ1_0, len);
+                    let x = Rows::new(w, nb, stride, rows).expect("sized above");
+                    kernels.mul_mat_q1_0_q8_0(x, y, emit)
+                }
+            }
+        }
+    }
+}
 
 /// `struct ggml_compute_params` of ggml-cpu-impl.h (pinned tree).
 #[repr(C)]
@@ -119,8 +181,9 @@ fn hook() -> &'static Hook {
         if c.log {
             match &off {
                 None => eprintln!(
-                    "ggml-lowbit: mul_mat hook on (ggml {}): Q2_0 products through the tile kernels",
-                    version.as_deref().unwrap_or("?")
+                    "ggml-lowbit: mul_mat hook on (ggml {}): Q2_0{} products through the tile kernels",
+                    version.as_deref().unwrap_or("?"),
+                    if c.kernels.serves_q1_0_over_stock() { " and Q1_0" } else { "" }
                 ),
                 Some(why) => eprintln!("ggml-lowbit: mul_mat hook off ({why}): vec_dot interposition only"),
             }
@@ -134,23 +197,25 @@ fn hook() -> &'static Hook {
     })
 }
 
-/// Whether `src0` is a Q2_0 weight tensor the tile kernels take against F32 `src1`, writing F32 `dst`.
-fn q2_0_operands(src0: &GgmlTensor, src1: &GgmlTensor, dst: &GgmlTensor) -> bool {
-    src0.type_ == GGML_TYPE_Q2_0
-        && src1.type_ == GGML_TYPE_F32
+/// The format of `src0` when it is a weight tensor the tile kernels take against F32 `src1`, writing F32 `dst`.
+fn weight_operands(src0: &GgmlTensor, src1: &GgmlTensor, dst: &GgmlTensor) -> Option<Weights> {
+    let w = Weights::of(src0.type_, &config().kernels)?;
+    let qk = w.qk() as i64;
+    let ok = src1.type_ == GGML_TYPE_F32
         && dst.type_ == GGML_TYPE_F32
         && src0.ne[0] > 0
-        && src0.ne[0] % 64 == 0
+        && src0.ne[0] % qk == 0
         && src1.ne[0] == src0.ne[0]
-        && src0.nb[0] == 18
-        && src0.nb[1].is_multiple_of(18)
-        && src0.nb[1] >= src0.ne[0] as usize / 64 * 18
-        && src0.nb[2].is_multiple_of(18)
-        && src0.nb[3].is_multiple_of(18)
+        && src0.nb[0] == BLOCK_BYTES
+        && src0.nb[1].is_multiple_of(BLOCK_BYTES)
+        && src0.nb[1] >= (src0.ne[0] / qk) as usize * BLOCK_BYTES
+        && src0.nb[2].is_multiple_of(BLOCK_BYTES)
+        && src0.nb[3].is_multiple_of(BLOCK_BYTES)
         && src1.nb[0] == 4
         && dst.nb[0] == 4
         && dst.nb[1].is_multiple_of(4)
-        && dst.ne[0] == src0.ne[1]
+        && dst.ne[0] == src0.ne[1];
+    ok.then_some(w)
 }
 
 /// Whether ggml's thread parameters look like the pinned tree's.
@@ -158,8 +223,9 @@ fn sane_params(p: &ComputeParams) -> bool {
     p.nth >= 1 && p.ith >= 0 && p.ith < p.nth && !p.wdata.is_null() && !p.threadpool.is_null()
 }
 
-/// What the hook computes: a Q2_0 × F32 product with the layouts the tile kernels take.
+/// What the hook computes: a Q2_0 or Q1_0 × F32 product with the layouts the tile kernels take.
 struct Product {
+    weights: Weights,
     src0: *const GgmlTensor,
     src1: *const GgmlTensor,
     /// q8_0 bytes of one src1 row.
@@ -173,8 +239,8 @@ struct Product {
 unsafe fn product(p: &ComputeParams, dst: &GgmlTensor) -> Option<Product> {
     // SAFETY: ggml's contract: a MUL_MAT's two sources are valid tensors.
     let (src0, src1) = unsafe { (dst.src[0].as_ref()?, dst.src[1].as_ref()?) };
-    let ok = q2_0_operands(src0, src1, dst)
-        && (1..4).all(|i| dst.ne[i] == src1.ne[i])
+    let weights = weight_operands(src0, src1, dst)?;
+    let ok = (1..4).all(|i| dst.ne[i] == src1.ne[i])
         && (2..4).all(|i| src0.ne[i] > 0 && src1.ne[i] % src0.ne[i] == 0)
         && sane_params(p);
     if !ok {
@@ -183,6 +249,7 @@ unsafe fn product(p: &ComputeParams, dst: &GgmlTensor) -> Option<Product> {
     let row_size = src1.ne[0] as usize / 32 * 34;
     let needed = row_size * (src1.ne[1] * src1.ne[2] * src1.ne[3]) as usize;
     (p.wsize >= needed).then_some(Product {
+        weights,
         src0,
         src1,
         row_size,
@@ -302,14 +369,14 @@ unsafe fn compute_share(p: &ComputeParams, prod: &Product, dst: &GgmlTensor) {
     let kernels = crate::dispatch::active();
     // SAFETY: checked by `product`.
     let (src0, src1) = unsafe { (&*prod.src0, &*prod.src1) };
-    let nb = src0.ne[0] as usize / 64;
+    let nb = src0.ne[0] as usize / prod.weights.qk();
     let (r0, r1) = thread_rows(p, src0.ne[1] as usize);
     if r0 == r1 {
         return;
     }
     let cols = src1.ne[1] as usize;
     let (r2, r3) = (src1.ne[2] / src0.ne[2], src1.ne[3] / src0.ne[3]);
-    let stride = src0.nb[1] / 18;
+    let stride = src0.nb[1] / BLOCK_BYTES;
     for i13 in 0..src1.ne[3] {
         for i12 in 0..src1.ne[2] {
             let (i02, i03) = ((i12 / r2) as usize, (i13 / r3) as usize);
@@ -318,10 +385,8 @@ unsafe fn compute_share(p: &ComputeParams, prod: &Product, dst: &GgmlTensor) {
             // plane `cols` rows of `row_size` bytes in the work buffer; dst elements (r, c) of this plane lie
             // inside dst, and this thread writes only rows r0..r1.
             unsafe {
-                let w = (src0.data as *const u8).add(i02 * src0.nb[2] + i03 * src0.nb[3])
-                    as *const BlockQ2_0;
-                let w = std::slice::from_raw_parts(w.add(r0 * stride), (r1 - r0 - 1) * stride + nb);
-                let x = Rows::new(w, nb, stride, r1 - r0).expect("sized above");
+                let w = (src0.data as *const u8)
+                    .add(i02 * src0.nb[2] + i03 * src0.nb[3] + r0 * stride * BLOCK_BYTES);
                 let q =
                     (p.wdata as *const u8).add(plane * cols * prod.row_size) as *const BlockQ8_0;
                 let q = std::slice::from_raw_parts(q, cols * prod.row_size / 34);
@@ -329,9 +394,10 @@ unsafe fn compute_share(p: &ComputeParams, prod: &Product, dst: &GgmlTensor) {
                 let out =
                     (dst.data as *mut u8).add(i12 as usize * dst.nb[2] + i13 as usize * dst.nb[3]);
                 let col_bytes = dst.nb[1];
-                kernels.mul_mat_q2_0_q8_0(x, y, &mut |r, c, v| {
-                    *(out.add(c * col_bytes) as *mut f32).add(r0 + r) = v;
-                });
+                prod.weights
+                    .mul_mat(kernels, w, (nb, stride, r1 - r0), y, &mut |r, c, v| {
+                        *(out.add(c * col_bytes) as *mut f32).add(r0 + r) = v;
+                    });
             }
         }
     }
@@ -404,8 +470,10 @@ unsafe fn serve_expert(
     let Some((src0, src1)) = (unsafe { d.src[0].as_ref().zip(d.src[1].as_ref()) }) else {
         return false;
     };
+    let Some(weights) = weight_operands(src0, src1, d) else {
+        return false;
+    };
     let ok = !p.use_ref
-        && q2_0_operands(src0, src1, d)
         && sane_params(p)
         && src1.ne[3] == 1
         && d.ne[3] == 1
@@ -428,7 +496,7 @@ unsafe fn serve_expert(
     if !valid {
         return false;
     }
-    let nb = src0.ne[0] as usize / 64;
+    let nb = src0.ne[0] as usize / weights.qk();
     let nb8 = row_size / 34;
     let (r0, r1) = thread_rows(p, src0.ne[1] as usize);
     if r0 < r1 {
@@ -447,16 +515,14 @@ unsafe fn serve_expert(
                 targets.push(d.data as usize + slot * d.nb[1] + token * d.nb[2]);
             }
             let kernels = crate::dispatch::active();
-            let stride = src0.nb[1] / 18;
+            let stride = src0.nb[1] / BLOCK_BYTES;
             // SAFETY: expert `cur_a`'s matrix holds `ne01` rows of `stride` blocks; this thread writes only
             // rows r0..r1 of each target column.
             unsafe {
-                let w =
-                    (src0.data as *const u8).add(cur_a as usize * src0.nb[2]) as *const BlockQ2_0;
-                let w = std::slice::from_raw_parts(w.add(r0 * stride), (r1 - r0 - 1) * stride + nb);
-                let x = Rows::new(w, nb, stride, r1 - r0).expect("sized above");
+                let w = (src0.data as *const u8)
+                    .add(cur_a as usize * src0.nb[2] + r0 * stride * BLOCK_BYTES);
                 let y = Rows::packed(cols, nb8);
-                kernels.mul_mat_q2_0_q8_0(x, y, &mut |r, c, v| {
+                weights.mul_mat(kernels, w, (nb, stride, r1 - r0), y, &mut |r, c, v| {
                     *(targets[c] as *mut f32).add(r0 + r) = v;
                 });
             }

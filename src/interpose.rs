@@ -21,6 +21,7 @@ use std::sync::OnceLock;
 use crate::dispatch::{default_order, env_choice, Isa, Kernels};
 use crate::formats::pq2_0::BlockPQ2_0;
 use crate::formats::ptq1_0::BlockPTQ1_0;
+use crate::formats::q1_0::BlockQ1_0;
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_fma_model, vec_dot_q2_0_q8_0_nofma_model, BlockQ2_0};
 use crate::formats::q8_0::{
     quantize_block_q8_0_avx_model, quantize_block_q8_0_ref_model, BlockQ8_0,
@@ -49,6 +50,8 @@ pub struct Next {
     pub dequantize_row_pq2_0: Option<DequantizeRowFn>,
     pub vec_dot_ptq1_0_q8_0: Option<VecDotFn>,
     pub dequantize_row_ptq1_0: Option<DequantizeRowFn>,
+    pub vec_dot_q1_0_q8_0: Option<VecDotFn>,
+    pub dequantize_row_q1_0: Option<DequantizeRowFn>,
 }
 
 pub struct Config {
@@ -137,6 +140,8 @@ fn find_next() -> Next {
         dequantize_row_pq2_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_pq2_0"),
         vec_dot_ptq1_0_q8_0: next_symbol::<VecDotFn>(c"ggml_vec_dot_ptq1_0_q8_0"),
         dequantize_row_ptq1_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_ptq1_0"),
+        vec_dot_q1_0_q8_0: next_symbol::<VecDotFn>(c"ggml_vec_dot_q1_0_q8_0"),
+        dequantize_row_q1_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_q1_0"),
     }
 }
 
@@ -424,11 +429,83 @@ fn probe_order(next: &Next) -> Probe {
     } else {
         return Probe::Neither("quantize_row_q8_0 matches neither quantizer".into());
     };
-    match (dot_fma, quant_avx) {
-        (true, true) => Probe::Order(FloatOrder::Haswell),
-        (false, false) => Probe::Order(FloatOrder::X64),
-        _ => Probe::Neither(format!("FMA chain: {dot_fma}, AVX quantizer: {quant_avx}")),
+    let order = match (dot_fma, quant_avx) {
+        (true, true) => FloatOrder::Haswell,
+        (false, false) => FloatOrder::X64,
+        _ => return Probe::Neither(format!("FMA chain: {dot_fma}, AVX quantizer: {quant_avx}")),
+    };
+    match probe_q1_0(next, order) {
+        Ok(()) => Probe::Order(order),
+        Err(why) => Probe::Neither(why),
     }
+}
+
+/// Q1_0's stock kernel differs between builds in shape (the haswell build's AVX2 lanes, the generic C
+/// elsewhere; an AVX-only or SSSE3 build would have a third and fourth), so the order the Q2_0 chain showed
+/// must also be the one Q1_0 follows: checked on rows where the two modelled orders disagree.
+fn probe_q1_0(next: &Next, order: FloatOrder) -> Result<(), String> {
+    use crate::formats::{blocks, q1_0};
+    let Some(dot) = next.vec_dot_q1_0_q8_0 else {
+        return Ok(());
+    };
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    const ROW: usize = 1024;
+    let mut checked = 0;
+    for _ in 0..256 {
+        let mut x = vec![0u8; ROW / 128 * 18];
+        for blk in x.chunks_exact_mut(18) {
+            let r = next_u64(&mut state);
+            let s = next_u64(&mut state);
+            blk[..2].copy_from_slice(&(0x2000 + (r % 0x1800) as u16).to_le_bytes());
+            for (j, b) in blk[2..].iter_mut().enumerate() {
+                *b = (s.rotate_left(8 * j as u32) ^ r.rotate_right(j as u32)) as u8;
+            }
+        }
+        let mut y = vec![0u8; ROW / 32 * 34];
+        for blk in y.chunks_exact_mut(34) {
+            let r = next_u64(&mut state);
+            let s = next_u64(&mut state);
+            blk[..2].copy_from_slice(&(0x2800 + (r % 0x1400) as u16).to_le_bytes());
+            for (j, q) in blk[2..].iter_mut().enumerate() {
+                *q = (s.rotate_left(5 * j as u32) ^ r.rotate_right(3 * j as u32)) as u8;
+            }
+        }
+        let haswell = q1_0::vec_dot_q1_0_q8_0_haswell_model(blocks(&x), blocks(&y));
+        let x64 = q1_0::vec_dot_q1_0_q8_0_x64_model(blocks(&x), blocks(&y));
+        if haswell.to_bits() == x64.to_bits() {
+            continue;
+        }
+        let mut s = 0f32;
+        // SAFETY: the stock symbol has ggml's vec_dot signature; x and y hold the blocks of ROW weights.
+        unsafe {
+            dot(
+                ROW as c_int,
+                &mut s,
+                0,
+                x.as_ptr() as *const c_void,
+                0,
+                y.as_ptr() as *const c_void,
+                0,
+                1,
+            )
+        };
+        let want = match order {
+            FloatOrder::Haswell => haswell,
+            FloatOrder::X64 => x64,
+        };
+        if s.to_bits() != want.to_bits() {
+            return Err(format!(
+                "ggml_vec_dot_q1_0_q8_0 gave {s:e}, the {} model {want:e} (Q2_0 and the quantizer follow {})",
+                order.name(),
+                order.name()
+            ));
+        }
+        checked += 1;
+        if checked == 4 {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Counts one call served by our kernels (for the exit summary under `GGML_LOWBIT_LOG`).
@@ -747,6 +824,45 @@ pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
 }
 
 /// # Safety
+/// ggml's contract for `ggml_vec_dot_q1_0_q8_0`.
+pub unsafe fn vec_dot_q1_0_q8_0(a: VecDotArgs) {
+    let c = config();
+    if let (Mode::Serve, Some(stock)) = (c.mode, c.next.vec_dot_q1_0_q8_0) {
+        if !c.kernels.serves_q1_0_over_stock() {
+            count(&PASSED, c);
+            // SAFETY: the shadowed symbol, called with the caller's own arguments.
+            unsafe { stock(a.n, a.s, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc) };
+            return;
+        }
+    }
+    // SAFETY: passed on.
+    unsafe {
+        vec_dot_rows::<BlockQ1_0>(
+            "ggml_vec_dot_q1_0_q8_0",
+            |n| n.vec_dot_q1_0_q8_0,
+            128,
+            Kernels::vec_dot_q1_0_q8_0,
+            a,
+        )
+    }
+}
+
+/// # Safety
+/// ggml's contract for `dequantize_row_q1_0`.
+pub unsafe fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: passed on.
+    unsafe {
+        dequantize_rows::<BlockQ1_0>(
+            "dequantize_row_q1_0",
+            |n| n.dequantize_row_q1_0,
+            128,
+            Kernels::dequantize_row_q1_0,
+            (vx, y, k),
+        )
+    }
+}
+
+/// # Safety
 /// The fork's contract for `ggml_vec_dot_pq2_0_q8_0`.
 pub unsafe fn vec_dot_pq2_0_q8_0(a: VecDotArgs) {
     // SAFETY: passed on.
@@ -822,35 +938,53 @@ pub struct MulMatArgs {
 
 /// The stride of `count` rows in whole blocks of `block` bytes, each row `nb` blocks: `bytes` must be a multiple
 /// of `block` and hold a row; a single row needs no stride.
-fn block_stride(what: &str, bytes: usize, block: usize, nb: usize, count: usize) -> usize {
+fn block_stride(
+    symbol: &str,
+    what: &str,
+    bytes: usize,
+    block: usize,
+    nb: usize,
+    count: usize,
+) -> usize {
     if count <= 1 {
         return nb;
     }
     if !bytes.is_multiple_of(block) || bytes / block < nb {
         crate::ffi::fatal(&format!(
-            "ggml_lowbit_mul_mat_q2_0_q8_0: {what} = {bytes} is not a whole number of {block}-byte blocks \
-             holding a row of {nb}"
+            "{symbol}: {what} = {bytes} is not a whole number of {block}-byte blocks holding a row of {nb}"
         ));
     }
     bytes / block
 }
 
-/// Serves `ggml_lowbit_mul_mat_q2_0_q8_0` with the tile kernels (see its documentation in `ffi.rs`).
+/// Serves a `ggml_lowbit_mul_mat_*_q8_0` call for a format of `B` blocks of `qk` weights (18 bytes each: Q2_0
+/// and Q1_0) with `kernel` (see the exports' documentation in `ffi.rs`).
 ///
 /// # Safety
 /// The C contract: rows, columns and outputs hold what the arguments describe.
-pub unsafe fn mul_mat_q2_0_q8_0(a: MulMatArgs) {
+unsafe fn mul_mat_rows<B: RawBlock>(
+    symbol: &str,
+    qk: usize,
+    kernel: impl Fn(
+        &Kernels,
+        crate::tiles::Rows<'_, B>,
+        crate::tiles::Rows<'_, BlockQ8_0>,
+        crate::tiles::Emit<'_>,
+    ),
+    a: MulMatArgs,
+) {
     if a.nrows <= 0 || a.ncols <= 0 {
         return;
     }
     let (rows, cols) = (a.nrows as usize, a.ncols as usize);
     if cols > 1 && a.bs < rows {
         crate::ffi::fatal(&format!(
-            "ggml_lowbit_mul_mat_q2_0_q8_0: bs = {} floats is shorter than a column of {rows}",
+            "{symbol}: bs = {} floats is shorter than a column of {rows}",
             a.bs
         ));
     }
-    let nb = whole_blocks(a.n as i64, 64);
+    let nb = whole_blocks(a.n as i64, qk);
+    let per_block = qk / 32;
     let out = |r: usize, c: usize, v: f32| {
         // SAFETY: element (r, c) of the output the caller described.
         unsafe { *a.s.add(c * a.bs + r) = v }
@@ -859,20 +993,50 @@ pub unsafe fn mul_mat_q2_0_q8_0(a: MulMatArgs) {
         (0..cols).for_each(|c| (0..rows).for_each(|r| out(r, c, 0.0)));
         return;
     }
-    let xs = block_stride("bx", a.bx, 18, nb, rows);
-    let ys = block_stride("by", a.by, 34, 2 * nb, cols);
-    // SAFETY: the caller's contract: `rows` rows of `nb` blocks `xs` apart, `cols` columns of `2·nb` blocks `ys`
-    // apart.
+    let xs = block_stride(symbol, "bx", a.bx, std::mem::size_of::<B>(), nb, rows);
+    let ys = block_stride(symbol, "by", a.by, 34, per_block * nb, cols);
+    // SAFETY: the caller's contract: `rows` rows of `nb` blocks `xs` apart, `cols` columns of `per_block·nb`
+    // blocks `ys` apart.
     let (x, y) = unsafe {
         (
-            view::<BlockQ2_0>(a.vx, (rows - 1) * xs + nb),
-            view::<BlockQ8_0>(a.vy, (cols - 1) * ys + 2 * nb),
+            view::<B>(a.vx, (rows - 1) * xs + nb),
+            view::<BlockQ8_0>(a.vy, (cols - 1) * ys + per_block * nb),
         )
     };
     let x = crate::tiles::Rows::new(x, nb, xs, rows).expect("sized from the strides");
-    let y = crate::tiles::Rows::new(y, 2 * nb, ys, cols).expect("sized from the strides");
+    let y = crate::tiles::Rows::new(y, per_block * nb, ys, cols).expect("sized from the strides");
     count(&SERVED, config());
-    config()
-        .kernels
-        .mul_mat_q2_0_q8_0(x, y, &mut |r, c, v| out(r, c, v));
+    kernel(&config().kernels, x, y, &mut |r, c, v| out(r, c, v));
+}
+
+/// Serves `ggml_lowbit_mul_mat_q2_0_q8_0` with the tile kernels.
+///
+/// # Safety
+/// As `mul_mat_rows`.
+pub unsafe fn mul_mat_q2_0_q8_0(a: MulMatArgs) {
+    // SAFETY: passed on.
+    unsafe {
+        mul_mat_rows::<BlockQ2_0>(
+            "ggml_lowbit_mul_mat_q2_0_q8_0",
+            64,
+            Kernels::mul_mat_q2_0_q8_0,
+            a,
+        )
+    }
+}
+
+/// Serves `ggml_lowbit_mul_mat_q1_0_q8_0` with the tile kernels.
+///
+/// # Safety
+/// As `mul_mat_rows`.
+pub unsafe fn mul_mat_q1_0_q8_0(a: MulMatArgs) {
+    // SAFETY: passed on.
+    unsafe {
+        mul_mat_rows::<BlockQ1_0>(
+            "ggml_lowbit_mul_mat_q1_0_q8_0",
+            128,
+            Kernels::mul_mat_q1_0_q8_0,
+            a,
+        )
+    }
 }

@@ -13,6 +13,7 @@ use crate::gguf::{self, Tensor, Value};
 
 /// ggml type ids.
 pub const GGML_TYPE_F32: u32 = 0;
+pub const GGML_TYPE_Q1_0: u32 = 41;
 pub const GGML_TYPE_Q2_0: u32 = 42;
 pub const GGML_TYPE_PQ2_0: u32 = 142;
 pub const GGML_TYPE_PTQ1_0: u32 = 143;
@@ -113,6 +114,8 @@ pub fn preset(name: &str) -> Option<Preset> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WeightType {
     Q2_0,
+    /// 1-bit Bonsai: ±d, 128 weights per block.
+    Q1_0,
     /// PrismML fork, type 142: loads only in the fork's llama.cpp.
     Pq2_0,
     /// PrismML fork, type 143: loads only in the fork's llama.cpp.
@@ -120,11 +123,17 @@ pub enum WeightType {
 }
 
 impl WeightType {
-    pub const ALL: [WeightType; 3] = [WeightType::Q2_0, WeightType::Pq2_0, WeightType::Ptq1_0];
+    pub const ALL: [WeightType; 4] = [
+        WeightType::Q2_0,
+        WeightType::Q1_0,
+        WeightType::Pq2_0,
+        WeightType::Ptq1_0,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             WeightType::Q2_0 => "q2_0",
+            WeightType::Q1_0 => "q1_0",
             WeightType::Pq2_0 => "pq2_0",
             WeightType::Ptq1_0 => "ptq1_0",
         }
@@ -137,6 +146,7 @@ impl WeightType {
     pub fn ggml_type(self) -> u32 {
         match self {
             WeightType::Q2_0 => GGML_TYPE_Q2_0,
+            WeightType::Q1_0 => GGML_TYPE_Q1_0,
             WeightType::Pq2_0 => GGML_TYPE_PQ2_0,
             WeightType::Ptq1_0 => GGML_TYPE_PTQ1_0,
         }
@@ -146,6 +156,7 @@ impl WeightType {
     pub fn block(self) -> (usize, usize) {
         match self {
             WeightType::Q2_0 => (64, 18),
+            WeightType::Q1_0 => (128, 18),
             WeightType::Pq2_0 => (128, 34),
             WeightType::Ptq1_0 => (128, 28),
         }
@@ -167,6 +178,14 @@ impl WeightType {
                         WeightType::Q2_0 | WeightType::Pq2_0 => {
                             blk[..2].copy_from_slice(&d);
                             fill_codes(&mut blk[2..], &mut rng);
+                        }
+                        WeightType::Q1_0 => {
+                            // Random signs: bit set +d, clear −d.
+                            blk[..2].copy_from_slice(&d);
+                            for chunk in blk[2..].chunks_mut(8) {
+                                let bits = rng().to_le_bytes();
+                                chunk.copy_from_slice(&bits[..chunk.len()]);
+                            }
                         }
                         WeightType::Ptq1_0 => {
                             blk[26..].copy_from_slice(&d);

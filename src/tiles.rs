@@ -8,8 +8,13 @@
 //! chains interleaved. Each element still keeps its own chain, in block order from `0`, so the bits are those of
 //! `vec_dot` (`formats.md` §5); tests compare every element with `to_bits()`.
 //!
+//! Q1_0 (haswell order) has its own, simpler driver (`mul_mat_q1_0_tiles`): its stock chain is eight float lanes
+//! per element with no block batches, and its prepared column turns each row's sign application into one
+//! `vpdpbusd` (`Q1ColumnBlock`).
+//!
 //! Used by the C API (`ggml_lowbit_mul_mat_q2_0_q8_0`) and by the preloaded `mul_mat` hook (`hook.rs`).
 
+use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
 
@@ -222,6 +227,112 @@ pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
                     let sums =
                         unsafe { rows1([x.row(r).as_ptr() as *const u8], &prepared[c - c0]) };
                     finish(emit, r, c, sums[0]);
+                }
+            }
+            c0 = c1;
+        }
+    });
+}
+
+/// One Q1_0 block's share (four q8_0 blocks) of an activation column prepared for the haswell-order tile kernel.
+///
+/// Stock's lane sum is `s = Σ (bit ? q : wn(q))` over four quants, `wn` the wrapping byte negation (−128 stays
+/// −128, stock's `(q ^ m) − m`). Written as "every bit clear" plus a correction per set bit,
+/// `s = Σ wn(q) + Σ_set (q − wn(q))`, and `q − wn(q)` is `2q`, or 0 for q = −128. So the column holds
+/// `base[k][l] = Σ wn(q)` of lane `l` of quarter `k` and `h = q` with −128 replaced by 0; a row then needs only
+/// its bits as bytes `2·bit` and one `vpdpbusd(base, 2·bit, h)`, which is exact (`|s| ≤ 512`). `d1` holds the
+/// scales as floats.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub struct Q1ColumnBlock {
+    pub(crate) h: [[i8; 32]; 4],
+    pub(crate) base: [[i32; 8]; 4],
+    pub(crate) d1: [f32; 4],
+}
+
+/// Prepares one q8_0 column (`y.len() / 4` whole Q1_0 blocks' worth) into `out`. Plain Rust: the work is
+/// one pass over the column, shared by every row.
+pub(crate) fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnBlock>) {
+    out.clear();
+    out.extend(y.chunks_exact(4).map(|blk| {
+        let mut c = Q1ColumnBlock {
+            h: [[0; 32]; 4],
+            base: [[0; 8]; 4],
+            d1: [0.0; 4],
+        };
+        for (k, b) in blk.iter().enumerate() {
+            c.h[k] = b.qs.map(|q| if q == i8::MIN { 0 } else { q });
+            for (l, quad) in b.qs.chunks_exact(4).enumerate() {
+                c.base[k][l] = quad.iter().map(|&q| q.wrapping_neg() as i32).sum();
+            }
+            c.d1[k] = b.d.to_f32();
+        }
+        c
+    }));
+}
+
+/// An instruction set's Q1_0 row kernel: the eight haswell-order lanes of `R` rows (pointers to their first
+/// block) against a prepared column, over all of its blocks.
+pub(crate) type Q1TileRows<const R: usize> =
+    unsafe fn([*const u8; R], &[Q1ColumnBlock]) -> [[f32; 8]; R];
+
+/// Rows `t, t + q, t + 2q, t + 3q` for each tile step `t` (`q = rows / 4`), then the tail rows one by one: the
+/// row order both drivers use (see `mul_mat_q2_0_tiles`).
+fn tile_steps(rows: usize) -> (usize, impl Iterator<Item = [usize; TILE_ROWS]>) {
+    let q = rows / TILE_ROWS;
+    (
+        TILE_ROWS * q,
+        (0..q).map(move |t| std::array::from_fn(|i| t + i * q)),
+    )
+}
+
+/// `W · Y` for Q1_0 weights in the haswell build's order: columns prepared in chunks that stay in L2, four rows
+/// per step against each (their lane chains interleaved), tail rows one at a time, and each element finished
+/// with `hsum_float_8`, so every element has the bits of the haswell `ggml_vec_dot_q1_0_q8_0`.
+///
+/// # Safety
+/// `rows4` and `rows1` must be safe to call on this CPU; `y.nb() >= 4 * x.nb()`.
+pub(crate) unsafe fn mul_mat_q1_0_tiles(
+    x: Rows<'_, BlockQ1_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+    rows4: Q1TileRows<TILE_ROWS>,
+    rows1: Q1TileRows<1>,
+) {
+    thread_local! {
+        static PREPARED: std::cell::RefCell<Vec<Vec<Q1ColumnBlock>>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let nb = x.nb();
+    let column_bytes = std::mem::size_of::<Q1ColumnBlock>() * nb.max(1);
+    let chunk = (PREPARED_BYTES / column_bytes).max(1);
+    PREPARED.with_borrow_mut(|prepared| {
+        let mut c0 = 0;
+        while c0 < y.rows() {
+            let c1 = (c0 + chunk).min(y.rows());
+            if prepared.len() < c1 - c0 {
+                prepared.resize_with(c1 - c0, Vec::new);
+            }
+            for c in c0..c1 {
+                q1_prepare_column(&y.row(c)[..4 * nb], &mut prepared[c - c0]);
+            }
+            let (tail, steps) = tile_steps(x.rows());
+            for rows in steps {
+                let ptrs = rows.map(|r| x.row(r).as_ptr() as *const u8);
+                for c in c0..c1 {
+                    // SAFETY: each row holds `nb` blocks, the prepared column `nb` entries; the caller vouches
+                    // for the CPU.
+                    let lanes = unsafe { rows4(ptrs, &prepared[c - c0]) };
+                    for (r, l) in rows.into_iter().zip(lanes) {
+                        emit(r, c, q1_0::hsum_float_8(l));
+                    }
+                }
+            }
+            for r in tail..x.rows() {
+                for c in c0..c1 {
+                    // SAFETY: as above.
+                    let lanes =
+                        unsafe { rows1([x.row(r).as_ptr() as *const u8], &prepared[c - c0]) };
+                    emit(r, c, q1_0::hsum_float_8(lanes[0]));
                 }
             }
             c0 = c1;

@@ -1,4 +1,4 @@
-//! Tier 3, whole models: a synthetic tiny Q2_0 model run through the stock llama.cpp tools of both builds with
+//! Tier 3, whole models: synthetic tiny Q2_0, Q1_0 and mixture-of-experts models run through the stock llama.cpp tools of both builds with
 //! and without the preload (`ggml-lowbit-ab e2e`), the preload with the vec_dot exports only and with the
 //! `mul_mat` hook, and the patched build (`ggml-patch/cpu.patch`, built by `scripts/patched-llama.sh`):
 //! identical greedy text and identical perplexity per chunk, at micro-batch sizes 1, 7, 8, 33 and 128 (decode,
@@ -93,6 +93,44 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every
     assert_eq!(
         stdout.matches("identical per-chunk values").count(),
         3,
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The 1-bit format: a tiny Q1_0 model through every build (stock, vec_dot preload, hook preload, patched), 2
+/// threads at micro-batches 1, 7, 8, 33 and 1 thread at 7, 33: identical text and per-chunk perplexity.
+#[test]
+fn tiny_q1_0_model_gives_identical_text_and_perplexity_on_every_build() {
+    let dir = scratch("q1");
+    let model = dir.join("tiny-q1_0.gguf");
+    let out = harness(&[
+        "model",
+        "--preset",
+        "tiny",
+        "--type",
+        "q1_0",
+        "--seed",
+        "9",
+        "--out",
+        model.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let types = ggml_lowbit::gguf::tensor_types(&model).unwrap();
+    assert!(types
+        .iter()
+        .any(|(n, t)| n == "blk.1.ffn_down.weight" && *t == 41));
+    let stdout = e2e_identical(&model, "all", "2", "1,7,8,33");
+    assert_eq!(stdout.matches("identical text").count(), 3, "{stdout}");
+    assert_eq!(
+        stdout.matches("identical per-chunk values").count(),
+        12,
+        "{stdout}"
+    );
+    let stdout = e2e_identical(&model, "haswell", "1", "7,33");
+    assert_eq!(
+        stdout.matches("identical per-chunk values").count(),
+        2,
         "{stdout}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -10,21 +10,24 @@ use std::ffi::{c_int, c_void};
 
 use rand::Rng;
 
-use super::cases::{Gen, Unaligned, Q2_0_BYTES, Q8_0_BYTES};
+use super::cases::{Gen, Unaligned, Q1_0_BYTES, Q2_0_BYTES, Q8_0_BYTES};
 use crate::dispatch::{Isa, Kernels};
 use crate::formats::{blocks, blocks_mut};
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, StockLib, VecDotFn};
 use crate::FloatOrder;
 
-pub const SYMBOLS: [&str; 4] = [
+pub const SYMBOLS: [&str; 7] = [
     "ggml_vec_dot_q2_0_q8_0",
     "quantize_row_q8_0",
     "dequantize_row_q2_0",
     "ggml_lowbit_mul_mat_q2_0_q8_0",
+    "ggml_vec_dot_q1_0_q8_0",
+    "dequantize_row_q1_0",
+    "ggml_lowbit_mul_mat_q1_0_q8_0",
 ];
 
-/// `ggml_lowbit_mul_mat_q2_0_q8_0`: our tile export (stock has none: its reference is one stock vec_dot per
-/// element).
+/// `ggml_lowbit_mul_mat_q2_0_q8_0` / `_q1_0_q8_0`: our tile exports (stock has none: their reference is one
+/// stock vec_dot per element).
 pub type MulMatFn = unsafe extern "C" fn(
     c_int,
     *mut f32,
@@ -45,6 +48,10 @@ pub struct CSymbols {
     pub dequantize_row_q2_0: DequantizeRowFn,
     /// Ours only.
     pub mul_mat_q2_0_q8_0: Option<MulMatFn>,
+    pub vec_dot_q1_0_q8_0: VecDotFn,
+    pub dequantize_row_q1_0: DequantizeRowFn,
+    /// Ours only.
+    pub mul_mat_q1_0_q8_0: Option<MulMatFn>,
 }
 
 impl CSymbols {
@@ -54,6 +61,9 @@ impl CSymbols {
             quantize_row_q8_0: stock.quantize_row("quantize_row_q8_0")?,
             dequantize_row_q2_0: stock.dequantize_row("dequantize_row_q2_0")?,
             mul_mat_q2_0_q8_0: None,
+            vec_dot_q1_0_q8_0: stock.vec_dot("ggml_vec_dot_q1_0_q8_0")?,
+            dequantize_row_q1_0: stock.dequantize_row("dequantize_row_q1_0")?,
+            mul_mat_q1_0_q8_0: None,
         })
     }
 
@@ -73,6 +83,16 @@ impl CSymbols {
                     .map_err(|e| e.to_string())?,
                 mul_mat_q2_0_q8_0: Some(
                     *lib.get::<MulMatFn>(b"ggml_lowbit_mul_mat_q2_0_q8_0\0")
+                        .map_err(|e| e.to_string())?,
+                ),
+                vec_dot_q1_0_q8_0: *lib
+                    .get::<VecDotFn>(b"ggml_vec_dot_q1_0_q8_0\0")
+                    .map_err(|e| e.to_string())?,
+                dequantize_row_q1_0: *lib
+                    .get::<DequantizeRowFn>(b"dequantize_row_q1_0\0")
+                    .map_err(|e| e.to_string())?,
+                mul_mat_q1_0_q8_0: Some(
+                    *lib.get::<MulMatFn>(b"ggml_lowbit_mul_mat_q1_0_q8_0\0")
                         .map_err(|e| e.to_string())?,
                 ),
             })
@@ -109,6 +129,32 @@ impl Subject {
         }
     }
 
+    fn vec_dot_q1_0(&self, n: i32, x: &[u8], y: &[u8], nrc: i32) -> f32 {
+        match self {
+            Subject::Kernels(k) => {
+                let nb = if n > 0 { n as usize / 128 } else { 0 };
+                k.vec_dot_q1_0_q8_0(
+                    blocks(&x[..nb * Q1_0_BYTES]),
+                    blocks(&y[..4 * nb * Q8_0_BYTES]),
+                )
+            }
+            Subject::C { symbols, .. } => call_vec_dot(symbols.vec_dot_q1_0_q8_0, n, x, y, nrc),
+        }
+    }
+
+    fn dequantize_q1_0(&self, x: &[u8], y: &mut [f32], k: i64) {
+        match self {
+            Subject::Kernels(kern) => {
+                let nb = (k.max(0) / 128) as usize;
+                kern.dequantize_row_q1_0(blocks(&x[..nb * Q1_0_BYTES]), &mut y[..nb * 128])
+            }
+            // SAFETY: `x` holds `k/128` blocks and `y` room for `k` floats (the case builder's sizes).
+            Subject::C { symbols, .. } => unsafe {
+                (symbols.dequantize_row_q1_0)(x.as_ptr() as *const c_void, y.as_mut_ptr(), k)
+            },
+        }
+    }
+
     fn quantize(&self, x: &[f32], y: &mut [u8], k: i64) {
         match self {
             Subject::Kernels(kern) => {
@@ -136,10 +182,31 @@ impl Subject {
     }
 }
 
-/// The shape of one mul_mat case: `rows` Q2_0 rows of `nb` blocks `xs` blocks apart, `cols` q8_0 columns
+/// A format with a tile export: Q2_0 (64 weights, two q8_0 blocks per block) or Q1_0 (128, four); both have
+/// 18-byte blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TileFormat {
+    Q2_0,
+    Q1_0,
+}
+
+impl TileFormat {
+    fn weights(self) -> usize {
+        match self {
+            TileFormat::Q2_0 => 64,
+            TileFormat::Q1_0 => 128,
+        }
+    }
+    fn q8_per_block(self) -> usize {
+        self.weights() / 32
+    }
+}
+
+/// The shape of one mul_mat case: `rows` weight rows of `nb` blocks `xs` blocks apart, `cols` q8_0 columns
 /// `ys` blocks apart, outputs `bs` floats apart.
 #[derive(Clone, Copy, Debug)]
 struct MulMatShape {
+    format: TileFormat,
     nb: usize,
     rows: usize,
     cols: usize,
@@ -149,29 +216,42 @@ struct MulMatShape {
 }
 
 impl Subject {
-    /// `ggml_lowbit_mul_mat_q2_0_q8_0` on `x` and `y` laid out as `shape`; the output with its sentinel gaps.
+    /// The tile export of `sh.format` on `x` and `y` laid out as `sh`; the output with its sentinel gaps.
     fn mul_mat(&self, sh: MulMatShape, x: &[u8], y: &[u8]) -> Vec<f32> {
         let mut out = vec![f32::from_bits(0x7fa5_a5a5); sh.cols * sh.bs];
+        let per = sh.format.q8_per_block();
         match self {
             Subject::Kernels(k) => {
-                let xr =
-                    crate::tiles::Rows::new(blocks(x), sh.nb, sh.xs, sh.rows).expect("case sizes");
-                let yr = crate::tiles::Rows::new(blocks(y), 2 * sh.nb, sh.ys, sh.cols)
+                let mut emit = |r: usize, c: usize, v: f32| out[c * sh.bs + r] = v;
+                let yr = crate::tiles::Rows::new(blocks(y), per * sh.nb, sh.ys, sh.cols)
                     .expect("case sizes");
-                k.mul_mat_q2_0_q8_0(xr, yr, &mut |r, c, v| out[c * sh.bs + r] = v);
+                match sh.format {
+                    TileFormat::Q2_0 => {
+                        let xr = crate::tiles::Rows::new(blocks(x), sh.nb, sh.xs, sh.rows)
+                            .expect("case sizes");
+                        k.mul_mat_q2_0_q8_0(xr, yr, &mut emit)
+                    }
+                    TileFormat::Q1_0 => {
+                        let xr = crate::tiles::Rows::new(blocks(x), sh.nb, sh.xs, sh.rows)
+                            .expect("case sizes");
+                        k.mul_mat_q1_0_q8_0(xr, yr, &mut emit)
+                    }
+                }
             }
             Subject::C { symbols, .. } => {
-                let f = symbols
-                    .mul_mat_q2_0_q8_0
-                    .expect("our library exports the tile API");
+                let f = match sh.format {
+                    TileFormat::Q2_0 => symbols.mul_mat_q2_0_q8_0,
+                    TileFormat::Q1_0 => symbols.mul_mat_q1_0_q8_0,
+                }
+                .expect("our library exports the tile API");
                 // SAFETY: the buffers hold the rows, columns and outputs the shape describes.
                 unsafe {
                     f(
-                        (64 * sh.nb) as c_int,
+                        (sh.format.weights() * sh.nb) as c_int,
                         out.as_mut_ptr(),
                         sh.bs,
                         x.as_ptr() as *const c_void,
-                        sh.xs * Q2_0_BYTES,
+                        sh.xs * 18,
                         y.as_ptr() as *const c_void,
                         sh.ys * Q8_0_BYTES,
                         sh.rows as c_int,
@@ -184,9 +264,79 @@ impl Subject {
     }
 }
 
+/// One tile-export case of `format`: a whole product with row tails (1..=9 rows), several columns, strides with
+/// gaps and gaps between output columns; every element against `stock_dot` (stock's vec_dot) on its pair.
+fn mul_mat_case(
+    gen: &mut Gen,
+    format: TileFormat,
+    stock_dot: VecDotFn,
+    subjects: &[Subject],
+    mut record: impl FnMut(usize, Outcome, String),
+) {
+    let case = gen.case;
+    let per = format.q8_per_block();
+    let nb = gen
+        .row_blocks(format.weights())
+        .min(3072 / format.weights());
+    let rows = gen.rng.gen_range(1..=9);
+    let cols = gen.rng.gen_range(1..=3);
+    let sh = MulMatShape {
+        format,
+        nb,
+        rows,
+        cols,
+        xs: nb + gen.rng.gen_range(0..2),
+        ys: per * nb + gen.rng.gen_range(0..2),
+        bs: rows + gen.rng.gen_range(0..3),
+    };
+    let mut x = vec![0u8; ((rows - 1) * sh.xs + nb) * 18];
+    let mut y = vec![0u8; ((cols - 1) * sh.ys + per * nb) * Q8_0_BYTES];
+    for r in 0..rows {
+        let at = r * sh.xs * 18;
+        match format {
+            TileFormat::Q2_0 => gen.q2_0_row(nb, &mut x[at..at + nb * 18]),
+            TileFormat::Q1_0 => gen.q1_0_row(nb, &mut x[at..at + nb * 18]),
+        }
+    }
+    for c in 0..cols {
+        let at = c * sh.ys * Q8_0_BYTES;
+        gen.q8_0_row(per * nb, &mut y[at..at + per * nb * Q8_0_BYTES]);
+    }
+    let mut want = vec![f32::from_bits(0x7fa5_a5a5); cols * sh.bs];
+    for c in 0..cols {
+        for r in 0..rows {
+            let (xa, ya) = (r * sh.xs * 18, c * sh.ys * Q8_0_BYTES);
+            want[c * sh.bs + r] = call_vec_dot(
+                stock_dot,
+                (format.weights() * nb) as i32,
+                &x[xa..],
+                &y[ya..],
+                1,
+            );
+        }
+    }
+    for (j, s) in subjects.iter().enumerate() {
+        let got = s.mul_mat(sh, &x, &y);
+        let (o, at) = compare_f32(&got, &want);
+        let describe = if o == Outcome::Differ {
+            format!(
+                "case {case}: {sh:?}: element {at} (row {}, column {}): ours {:e} stock {:e}",
+                at % sh.bs,
+                at / sh.bs,
+                got[at],
+                want[at]
+            )
+        } else {
+            String::new()
+        };
+        record(j, o, describe);
+    }
+}
+
 fn call_vec_dot(f: VecDotFn, n: i32, x: &[u8], y: &[u8], nrc: i32) -> f32 {
     let mut s = f32::from_bits(0x7fa5_a5a5);
-    // SAFETY: `x` and `y` hold the `n/64` and `n/32` blocks the symbol reads; `s` is a valid output.
+    // SAFETY: `x` and `y` hold the blocks of `n` weights and `n/32` q8_0 blocks the symbol reads; `s` is a
+    // valid output.
     unsafe {
         f(
             n,
@@ -313,56 +463,25 @@ pub fn run(
                 });
             }
         }
-        // ggml_lowbit_mul_mat_q2_0_q8_0, every fourth case: every element against stock's vec_dot on its pair,
-        // with row tails (1..=9 rows), several columns, strides with gaps and gaps between output columns.
+        // ggml_lowbit_mul_mat_q2_0_q8_0 and _q1_0_q8_0, every fourth case each: every element against stock's
+        // vec_dot on its pair.
         if case % 4 == 0 {
-            let nb = gen.row_blocks(64).min(48);
-            let rows = gen.rng.gen_range(1..=9);
-            let cols = gen.rng.gen_range(1..=3);
-            let sh = MulMatShape {
-                nb,
-                rows,
-                cols,
-                xs: nb + gen.rng.gen_range(0..2),
-                ys: 2 * nb + gen.rng.gen_range(0..2),
-                bs: rows + gen.rng.gen_range(0..3),
-            };
-            let mut x = vec![0u8; ((rows - 1) * sh.xs + nb) * Q2_0_BYTES];
-            let mut y = vec![0u8; ((cols - 1) * sh.ys + 2 * nb) * Q8_0_BYTES];
-            for r in 0..rows {
-                let at = r * sh.xs * Q2_0_BYTES;
-                gen.q2_0_row(nb, &mut x[at..at + nb * Q2_0_BYTES]);
-            }
-            for c in 0..cols {
-                let at = c * sh.ys * Q8_0_BYTES;
-                gen.q8_0_row(2 * nb, &mut y[at..at + 2 * nb * Q8_0_BYTES]);
-            }
-            let mut want = vec![f32::from_bits(0x7fa5_a5a5); cols * sh.bs];
-            for c in 0..cols {
-                for r in 0..rows {
-                    let (xa, ya) = (r * sh.xs * Q2_0_BYTES, c * sh.ys * Q8_0_BYTES);
-                    want[c * sh.bs + r] = call_vec_dot(
-                        st.vec_dot_q2_0_q8_0,
-                        (64 * nb) as i32,
-                        &x[xa..],
-                        &y[ya..],
-                        1,
-                    );
-                }
-            }
-            for (j, s) in subjects.iter().enumerate() {
-                let got = s.mul_mat(sh, &x, &y);
-                let (o, at) = compare_f32(&got, &want);
-                reports[3 * per_symbol + j].record(o, || {
-                    format!(
-                        "case {case}: {sh:?}: element {at} (row {}, column {}): ours {:e} stock {:e}",
-                        at % sh.bs,
-                        at / sh.bs,
-                        got[at],
-                        want[at]
-                    )
-                });
-            }
+            mul_mat_case(
+                &mut gen,
+                TileFormat::Q2_0,
+                st.vec_dot_q2_0_q8_0,
+                subjects,
+                |j, o, d| reports[3 * per_symbol + j].record(o, || d),
+            );
+        }
+        if case % 4 == 2 {
+            mul_mat_case(
+                &mut gen,
+                TileFormat::Q1_0,
+                st.vec_dot_q1_0_q8_0,
+                subjects,
+                |j, o, d| reports[6 * per_symbol + j].record(o, || d),
+            );
         }
         // quantize_row_q8_0
         {
@@ -433,6 +552,66 @@ pub fn run(
                 s.dequantize(x.bytes(), &mut got, k as i64);
                 let (o, at) = compare_f32(&got, &want);
                 reports[2 * per_symbol + j].record(o, || {
+                    format!(
+                        "case {case}: k={k}: value {at}: ours {:e} stock {:e}",
+                        got[at], want[at]
+                    )
+                });
+            }
+        }
+        // ggml_vec_dot_q1_0_q8_0
+        {
+            let nb = gen.row_blocks(128);
+            let tail = if gen.rng.gen_ratio(1, 8) {
+                gen.rng.gen_range(1..128)
+            } else {
+                0
+            };
+            let n = (nb * 128 + tail) as i32;
+            let nrc = if gen.rng.gen_ratio(1, 16) { 2 } else { 1 };
+            let mut x = Unaligned::new(nb * Q1_0_BYTES, gen.rng.gen_range(0..64));
+            let mut y = Unaligned::new(4 * nb * Q8_0_BYTES, gen.rng.gen_range(0..64));
+            gen.q1_0_row(nb, x.bytes_mut());
+            gen.q8_0_row(4 * nb, y.bytes_mut());
+            let want = call_vec_dot(st.vec_dot_q1_0_q8_0, n, x.bytes(), y.bytes(), nrc);
+            for (j, s) in subjects.iter().enumerate() {
+                let got = s.vec_dot_q1_0(n, x.bytes(), y.bytes(), nrc);
+                let (o, _) = compare_f32(&[got], &[want]);
+                reports[4 * per_symbol + j].record(o, || {
+                    format!(
+                        "case {case}: n={n}: ours {got:e} ({:#010x}) stock {want:e} ({:#010x})",
+                        got.to_bits(),
+                        want.to_bits()
+                    )
+                });
+            }
+        }
+        // dequantize_row_q1_0
+        {
+            let nb = gen.row_blocks(128).min(32);
+            let tail = if gen.rng.gen_ratio(1, 8) {
+                gen.rng.gen_range(1..128)
+            } else {
+                0
+            };
+            let k = nb * 128 + tail;
+            let mut x = Unaligned::new(nb * Q1_0_BYTES, gen.rng.gen_range(0..64));
+            gen.q1_0_row(nb, x.bytes_mut());
+            let sentinel = f32::from_bits(0x7fa5_a5a5);
+            let mut want = vec![sentinel; nb * 128 + 128];
+            // SAFETY: `x` has `k/128` blocks, `want` room for them plus a sentinel block.
+            unsafe {
+                (st.dequantize_row_q1_0)(
+                    x.bytes().as_ptr() as *const c_void,
+                    want.as_mut_ptr(),
+                    k as i64,
+                )
+            };
+            for (j, s) in subjects.iter().enumerate() {
+                let mut got = vec![sentinel; nb * 128 + 128];
+                s.dequantize_q1_0(x.bytes(), &mut got, k as i64);
+                let (o, at) = compare_f32(&got, &want);
+                reports[5 * per_symbol + j].record(o, || {
                     format!(
                         "case {case}: k={k}: value {at}: ours {:e} stock {:e}",
                         got[at], want[at]

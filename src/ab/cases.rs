@@ -10,6 +10,7 @@ use crate::formats::q8_0::QK8_0;
 
 pub const Q2_0_BYTES: usize = 18;
 pub const Q8_0_BYTES: usize = 34;
+pub const Q1_0_BYTES: usize = 18;
 
 /// A byte buffer whose payload starts `offset` bytes into its allocation, so kernels see every alignment.
 pub struct Unaligned {
@@ -118,6 +119,27 @@ impl Gen {
                         }
                         v
                     }
+                    _ => self.rng.gen(),
+                };
+            }
+        }
+    }
+
+    /// Q1_0 blocks for `nb` blocks (18 bytes each): bit bytes cycling through every value in every position
+    /// as cases advance, all clear (every weight −d, so q8 = −128 meets a cleared bit), all set, or random.
+    pub fn q1_0_row(&mut self, nb: usize, out: &mut [u8]) {
+        let style = self.rng.gen_range(0..5);
+        let case = self.case;
+        for b in 0..nb {
+            let blk = &mut out[b * Q1_0_BYTES..(b + 1) * Q1_0_BYTES];
+            let d = self.realistic_weight_scale();
+            let d = self.f16_scale(d);
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            for (j, q) in blk[2..].iter_mut().enumerate() {
+                *q = match style {
+                    0 => ((case as usize + 7 * b + 31 * j) % 256) as u8,
+                    1 => 0x00,
+                    2 => 0xff,
                     _ => self.rng.gen(),
                 };
             }

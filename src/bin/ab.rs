@@ -124,7 +124,7 @@ enum Command {
         /// tiny, tiny-moe, bonsai-1.7b, bonsai-8b or bonsai2-27b.
         #[arg(long, default_value = "tiny")]
         preset: String,
-        /// Weight type: q2_0, or the PrismML fork's pq2_0 (142) / ptq1_0 (143), which only the fork loads.
+        /// Weight type: q2_0, q1_0, or the PrismML fork's pq2_0 (142) / ptq1_0 (143), which only the fork loads.
         #[arg(long = "type", default_value = "q2_0")]
         wtype: String,
         #[arg(long, default_value_t = 1)]
@@ -725,6 +725,8 @@ fn cmd_speed(
         "ggml_vec_dot_q2_0_q8_0",
         "ggml_lowbit_mul_mat_q2_0_q8_0",
         "quantize_row_q8_0",
+        "ggml_vec_dot_q1_0_q8_0",
+        "ggml_lowbit_mul_mat_q1_0_q8_0",
         "ggml_vec_dot_pq2_0_q8_0",
         "ggml_vec_dot_ptq1_0_q8_0",
     ];
@@ -812,6 +814,21 @@ fn cmd_speed(
             baseline_name: stock_name.clone(),
         });
     }
+    if wants("ggml_vec_dot_q1_0_q8_0") {
+        if let Some((r, c)) = shapes.iter().find(|(_, c)| c % 128 != 0) {
+            return Err(format!(
+                "{r}x{c}: ggml_vec_dot_q1_0_q8_0 needs columns in whole blocks of 128"
+            ));
+        }
+        jobs.push(SpeedJob {
+            symbol: "ggml_vec_dot_q1_0_q8_0",
+            format: WeightType::Q1_0,
+            shapes: shapes.clone(),
+            ours: ours.vec_dot_q1_0_q8_0,
+            baseline: st.vec_dot_q1_0_q8_0,
+            baseline_name: stock_name.clone(),
+        });
+    }
     for (symbol, format) in fork_wanted {
         let (weights, _) = format.block();
         if let Some((r, c)) = fork_shapes.iter().find(|(_, c)| c % weights != 0) {
@@ -847,17 +864,30 @@ fn cmd_speed(
             }
         }
     }
-    if wants("ggml_lowbit_mul_mat_q2_0_q8_0") {
-        let symbol = "ggml_lowbit_mul_mat_q2_0_q8_0";
-        let tiles = ours
-            .mul_mat_q2_0_q8_0
-            .ok_or("our library lacks the tile export")?;
+    let tile_jobs = [
+        (
+            "ggml_lowbit_mul_mat_q2_0_q8_0",
+            WeightType::Q2_0,
+            ours.mul_mat_q2_0_q8_0,
+            st.vec_dot_q2_0_q8_0,
+        ),
+        (
+            "ggml_lowbit_mul_mat_q1_0_q8_0",
+            WeightType::Q1_0,
+            ours.mul_mat_q1_0_q8_0,
+            st.vec_dot_q1_0_q8_0,
+        ),
+    ];
+    for (symbol, format, tiles, stock_dot) in tile_jobs {
+        if !wants(symbol) {
+            continue;
+        }
+        let tiles = tiles.ok_or("our library lacks the tile export")?;
         for &(r, c) in &shapes {
-            let m = MatVec::new(WeightType::Q2_0, r, c, 42);
+            let m = MatVec::new(format, r, c, 42);
             for &t in &threads {
                 bar.set_message(format!("speed {symbol} {r}x{c}, {t} thread(s)"));
-                let mut row =
-                    speed::time_mul_mat(symbol, &m, tiles, st.vec_dot_q2_0_q8_0, t, reps)?;
+                let mut row = speed::time_mul_mat(symbol, &m, tiles, stock_dot, t, reps)?;
                 row.baseline = format!("{stock_name}, vec_dot per row");
                 rows.push(row);
             }

@@ -1,6 +1,7 @@
 //! One module per ggml format: block layout, decode, and the scalar model of each stock float order.
 pub mod pq2_0;
 pub mod ptq1_0;
+pub mod q1_0;
 pub mod q2_0;
 pub mod q8_0;
 
@@ -32,3 +33,5 @@ unsafe impl RawBlock for q8_0::BlockQ8_0 {}
 unsafe impl RawBlock for pq2_0::BlockPQ2_0 {}
 // SAFETY: as above.
 unsafe impl RawBlock for ptq1_0::BlockPTQ1_0 {}
+// SAFETY: as above.
+unsafe impl RawBlock for q1_0::BlockQ1_0 {}

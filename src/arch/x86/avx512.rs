@@ -19,14 +19,20 @@ use std::arch::x86_64::*;
 use super::pipelined;
 use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
 use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
+use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
-use crate::tiles::{mul_mat_q2_0_tiles, Emit, Q2ColumnBatch, Rows};
+use crate::fp16::F16_TO_F32_TABLE;
+use crate::tiles::{
+    mul_mat_by_pairs, mul_mat_q1_0_tiles, mul_mat_q2_0_tiles, Emit, Q1ColumnBlock, Q2ColumnBatch,
+    Rows,
+};
 
 const Q2_BYTES: usize = 18;
 const Q8_BYTES: usize = 34;
 const PQ2_BYTES: usize = 34;
 const PTQ1_BYTES: usize = 28;
+const Q1_BYTES: usize = 18;
 
 /// The 64 codes of one Q2_0 code group (16 bytes at `codes`), one per byte: `vpmovzxwq` puts code word `Q` in
 /// qword `Q`, `vpmultishiftqb` takes the bits at offset `2·(j % 8)` for byte `j`, a mask keeps two bits.
@@ -654,6 +660,199 @@ unsafe fn fork_block_batches<const FMA: bool>(
             sumf
         },
     )
+}
+
+/// An f16 at `p` as eight equal floats: its bits index `F16_TO_F32_TABLE`, and the broadcast reads memory (load
+/// ports only, none of the vector ALU work `vcvtph2ps` costs).
+#[inline(always)]
+unsafe fn broadcast_half(p: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees 2 bytes at `p`; a u16 index is inside the 65536-entry table.
+    unsafe {
+        let h = (p as *const u16).read_unaligned();
+        _mm256_broadcast_ss(&F16_TO_F32_TABLE[h as usize])
+    }
+}
+
+/// The haswell build's lane sums of two Q1_0 quarters as floats, quarter `2h` in the low eight lanes and
+/// `2h + 1` in the high eight: the quants of the two q8_0 blocks (at `q0`, `q1`) side by side, each kept where
+/// its bit (of the eight bytes at `bits`) is set and negated as a byte where it is clear (`vpsubb` wraps, so
+/// −128 stays −128 as in stock's `(q ^ m) − m`), chosen by a mask blend straight from the bits; then `vpdpbusd`
+/// against ones for the 4-byte lane sums.
+#[inline(always)]
+unsafe fn q1_quarter_pair_lanes(bits: *const u8, q0: *const u8, q1: *const u8) -> (__m256, __m256) {
+    // SAFETY (whole body): the caller guarantees 8 bytes at `bits` and 32 at `q0` and `q1`; the calling kernel
+    // enables the features.
+    unsafe {
+        let zero = _mm512_setzero_si512();
+        let lo = _mm256_loadu_si256(q0 as *const __m256i);
+        let q = _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(lo),
+            _mm256_loadu_si256(q1 as *const __m256i),
+        );
+        let set = (bits as *const u64).read_unaligned();
+        let signed = _mm512_mask_blend_epi8(set, _mm512_sub_epi8(zero, q), q);
+        let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), signed));
+        (
+            _mm512_castps512_ps256(s),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s))),
+        )
+    }
+}
+
+/// `ggml_vec_dot_q1_0_q8_0` with the haswell build's eight-lane order (`HASWELL = true`) or the x64 build's
+/// generic chain.
+///
+/// Haswell: per block two `q1_quarter_pair_lanes` (quarters 0, 1 and 2, 3 in 512-bit steps), then stock's
+/// chain on eight lanes with the scales broadcast from `F16_TO_F32_TABLE`; the only dependent chain is the one
+/// `acc` FMA per block, and out-of-order execution overlaps the blocks' other work. `hsum_float_8` at the end.
+///
+/// x64: the generic chain is the fork formats' unfused chain (`fork_block_batches::<false>`), each 64-weight
+/// half's weights as bytes `2·bit` (so `Σ(w − 1)·q = Σ ±q` with −(−128) = +128, as C's `int`).
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= 4 * x.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[BlockQ8_0]) -> f32 {
+    debug_assert!(y.len() >= 4 * x.len());
+    let batches = x.len() / 4;
+    let done = 4 * batches;
+    let xp = x.as_ptr() as *const u8;
+    let yp = y.as_ptr() as *const u8;
+    if !HASWELL {
+        // SAFETY: blocks 0..4·batches of x and 16·batches q8_0 blocks of y are inside the slices; each half's
+        // 8 bit bytes are inside its block.
+        let sumf = unsafe {
+            fork_block_batches::<false>(
+                batches,
+                yp,
+                |b, h| {
+                    let bits = (xp.add(b * Q1_BYTES + 2 + 8 * h) as *const u64).read_unaligned();
+                    _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(2))
+                },
+                |b| x[b].d.to_bits(),
+            )
+        };
+        return q1_0::x64_chain_from(sumf, &x[done..], &y[4 * done..]);
+    }
+    // SAFETY (whole block): block `i` of x and q8_0 blocks 4i..4i+4 of y are inside the slices; this function
+    // enables the helpers' features.
+    let lanes = unsafe {
+        let mut acc = _mm256_setzero_ps();
+        for i in 0..x.len() {
+            let xb = xp.add(i * Q1_BYTES);
+            let yb = yp.add(4 * i * Q8_BYTES);
+            let y = |k: usize| yb.add(k * Q8_BYTES);
+            let (s0, s1) = q1_quarter_pair_lanes(xb.add(2), y(0).add(2), y(1).add(2));
+            let (s2, s3) = q1_quarter_pair_lanes(xb.add(10), y(2).add(2), y(3).add(2));
+            let mut acc_block = _mm256_mul_ps(broadcast_half(y(0)), s0);
+            acc_block = _mm256_fmadd_ps(broadcast_half(y(1)), s1, acc_block);
+            acc_block = _mm256_fmadd_ps(broadcast_half(y(2)), s2, acc_block);
+            acc_block = _mm256_fmadd_ps(broadcast_half(y(3)), s3, acc_block);
+            acc = _mm256_fmadd_ps(broadcast_half(xb), acc_block, acc);
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        lanes
+    };
+    q1_0::hsum_float_8(lanes)
+}
+
+/// `vpmultishiftqb` control for `q1_tile_rows`: byte `j` takes the eight bits from bit `j − 1` (mod 64) of its
+/// qword, so bit `j` of the eight sign bytes lands at bit 1.
+const Q1_BIT_TO_BYTE: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut j = 0;
+    while j < 64 {
+        t[j] = ((j + 63) % 64) as u8;
+        j += 1;
+    }
+    t
+};
+
+/// The haswell-order lanes of `R` Q1_0 rows against a prepared column (`tiles::Q1ColumnBlock`). Per row and
+/// block half (two quarters, 64 weights): the eight sign bytes broadcast to every qword, `vpmultishiftqb` and a
+/// mask make bytes `2·bit` in weight order, and one `vpdpbusd` onto the column's all-clear lane sums against its
+/// `h` quants gives stock's sixteen lane sums exactly; then `vcvtdq2ps` and stock's chain (`d1_0·s_0`, three
+/// FMAs on eight lanes, `acc = fma(d0, acc_block, acc)`), the rows' chains interleaved. No mask registers: a
+/// byte blend under a mask loaded per quarter measured slower (`PERFORMANCE.md`).
+///
+/// # Safety
+/// The CPU must have the features below; each row pointer addresses `col.len()` Q1_0 blocks.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn q1_tile_rows<const R: usize>(
+    rows: [*const u8; R],
+    col: &[Q1ColumnBlock],
+) -> [[f32; 8]; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    // SAFETY (whole loop): block `i` of every row and entry `i` of the column are inside what the caller
+    // guarantees; this function enables the features.
+    unsafe {
+        let ctrl = _mm512_loadu_si512(Q1_BIT_TO_BYTE.as_ptr() as *const _);
+        let two = _mm512_set1_epi8(2);
+        for (i, c) in col.iter().enumerate() {
+            let h: [__m512i; 2] =
+                [0, 1].map(|g| _mm512_load_si512(c.h[2 * g].as_ptr() as *const _));
+            let base: [__m512i; 2] =
+                [0, 1].map(|g| _mm512_load_si512(c.base[2 * g].as_ptr() as *const _));
+            for r in 0..R {
+                let xb = rows[r].add(i * Q1_BYTES);
+                let mut acc_block = _mm256_setzero_ps();
+                for g in 0..2 {
+                    let bits =
+                        _mm512_set1_epi64((xb.add(2 + 8 * g) as *const i64).read_unaligned());
+                    let w = _mm512_and_si512(_mm512_multishift_epi64_epi8(ctrl, bits), two);
+                    let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base[g], w, h[g]));
+                    let (s_lo, s_hi) = (
+                        _mm512_castps512_ps256(s),
+                        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s))),
+                    );
+                    let (d_lo, d_hi) = (
+                        _mm256_broadcast_ss(&c.d1[2 * g]),
+                        _mm256_broadcast_ss(&c.d1[2 * g + 1]),
+                    );
+                    acc_block = if g == 0 {
+                        _mm256_mul_ps(d_lo, s_lo)
+                    } else {
+                        _mm256_fmadd_ps(d_lo, s_lo, acc_block)
+                    };
+                    acc_block = _mm256_fmadd_ps(d_hi, s_hi, acc_block);
+                }
+                acc[r] = _mm256_fmadd_ps(broadcast_half(xb), acc_block, acc[r]);
+            }
+        }
+        let mut out = [[0f32; 8]; R];
+        for r in 0..R {
+            _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
+        }
+        out
+    }
+}
+
+/// `W · Y` for Q1_0 weights against q8_0 columns, every element with the bits of `vec_dot_q1_0_q8_0::<HASWELL>`:
+/// the haswell order through the tile driver (`tiles::mul_mat_q1_0_tiles`) and `q1_tile_rows`; the x64 order
+/// (a scalar chain per block, for builds without FMA) one `vec_dot` per pair.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.nb() >= 4 * x.nb()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn mul_mat_q1_0_q8_0<const HASWELL: bool>(
+    x: Rows<'_, BlockQ1_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    // SAFETY: the caller's contract covers the kernels' features.
+    unsafe {
+        if HASWELL {
+            mul_mat_q1_0_tiles(x, y, emit, q1_tile_rows::<4>, q1_tile_rows::<1>)
+        } else {
+            mul_mat_by_pairs(
+                |x, y| vec_dot_q1_0_q8_0::<false>(x, &y[..4 * x.len()]),
+                x,
+                y,
+                emit,
+            )
+        }
+    }
 }
 
 /// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: the Q2_0 code

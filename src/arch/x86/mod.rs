@@ -188,22 +188,26 @@ mod tests {
         }
     }
 
-    /// Tiles: every element of `W · Y` against the per-pair model, bit for bit, over shapes with row tails
-    /// (1..=9 rows: the 4-row steps and single rows), block tails (every `nb % 8`), several columns, strided
-    /// rows and columns, and enough columns at 64 blocks to cross a prepared-column chunk (93 columns). Scalar,
-    /// AVX2 and AVX-512 tables all run.
-    #[test]
-    fn mul_mat_tiles_match_the_per_pair_models() {
+    /// The shared loop of the tile tests: for every float order and table (scalar, AVX2, AVX-512), every shape
+    /// `(nb, rows, cols)` with row and column strides that leave gaps, weights from `block`, q8_0 columns of
+    /// `per_block · nb` blocks (all −128 in every eleventh): each element emitted exactly once, with the bits of
+    /// `model` on its pair. Returns how many elements were compared.
+    #[allow(clippy::type_complexity)]
+    fn tiles_match_the_per_pair_models<B: Copy>(
+        seed: u64,
+        per_block: usize,
+        shapes: &[(usize, usize, usize)],
+        block: impl Fn(&mut SmallRng) -> B,
+        model: fn(FloatOrder, &[B], &[BlockQ8_0]) -> f32,
+        mul_mat: fn(
+            &Kernels,
+            crate::tiles::Rows<'_, B>,
+            crate::tiles::Rows<'_, BlockQ8_0>,
+            crate::tiles::Emit<'_>,
+        ),
+    ) -> usize {
         use crate::tiles::Rows;
-        let mut rng = SmallRng::seed_from_u64(11);
-        let mut shapes: Vec<(usize, usize, usize)> = Vec::new();
-        for nb in [1usize, 7, 8, 9, 15, 16, 17, 24, 31] {
-            for rows in 1..=9 {
-                shapes.push((nb, rows, 1 + (nb + rows) % 3));
-            }
-        }
-        shapes.push((64, 6, 100));
-        shapes.push((129, 5, 2));
+        let mut rng = SmallRng::seed_from_u64(seed);
         let mut elements = 0usize;
         for order in FloatOrder::ALL {
             let tables = [Isa::Scalar, Isa::Avx2, Isa::Avx512]
@@ -212,13 +216,8 @@ mod tests {
                 .map(|i| Kernels::new(i, order));
             for k in tables {
                 for (case, &(nb, rows, cols)) in shapes.iter().enumerate() {
-                    let (xs, ys) = (nb + case % 2, 2 * nb + 3 * (case % 3));
-                    let x: Vec<BlockQ2_0> = (0..rows * xs)
-                        .map(|_| BlockQ2_0 {
-                            d: test_scale(&mut rng),
-                            qs: rng.gen(),
-                        })
-                        .collect();
+                    let (xs, ys) = (nb + case % 2, per_block * nb + 3 * (case % 3));
+                    let x: Vec<B> = (0..rows * xs).map(|_| block(&mut rng)).collect();
                     let y: Vec<BlockQ8_0> = (0..cols * ys)
                         .map(|b| {
                             let mut qs = [0i8; 32];
@@ -233,17 +232,17 @@ mod tests {
                         })
                         .collect();
                     let xr = Rows::new(&x, nb, xs, rows).unwrap();
-                    let yr = Rows::new(&y, 2 * nb, ys, cols).unwrap();
+                    let yr = Rows::new(&y, per_block * nb, ys, cols).unwrap();
                     let mut got = vec![f32::NAN; rows * cols];
                     let mut seen = vec![0u8; rows * cols];
-                    k.mul_mat_q2_0_q8_0(xr, yr, &mut |r, c, v| {
+                    mul_mat(&k, xr, yr, &mut |r, c, v| {
                         got[c * rows + r] = v;
                         seen[c * rows + r] += 1;
                     });
                     assert!(seen.iter().all(|&n| n == 1), "each element exactly once");
                     for c in 0..cols {
                         for r in 0..rows {
-                            let want = vec_dot_q2_0_q8_0_model(order, xr.row(r), yr.row(c));
+                            let want = model(order, xr.row(r), &yr.row(c)[..per_block * nb]);
                             let v = got[c * rows + r];
                             assert!(
                                 same(v, want),
@@ -257,7 +256,66 @@ mod tests {
                 }
             }
         }
-        assert!(elements > 2_000);
+        elements
+    }
+
+    /// Tile shapes: row tails (1..=9 rows: the 4-row steps and single rows), block tails, several columns.
+    fn tile_shapes(nbs: &[usize]) -> Vec<(usize, usize, usize)> {
+        let mut shapes = Vec::new();
+        for &nb in nbs {
+            for rows in 1..=9 {
+                shapes.push((nb, rows, 1 + (nb + rows) % 3));
+            }
+        }
+        shapes
+    }
+
+    /// Q2_0 tiles: every element against the per-pair model, bit for bit, over shapes with row tails, block
+    /// tails (every `nb % 8`), several columns, strided rows and columns, and enough columns at 64 blocks to
+    /// cross a prepared-column chunk (100 columns).
+    #[test]
+    fn mul_mat_tiles_match_the_per_pair_models() {
+        let mut shapes = tile_shapes(&[1, 7, 8, 9, 15, 16, 17, 24, 31]);
+        shapes.push((64, 6, 100));
+        shapes.push((129, 5, 2));
+        let n = tiles_match_the_per_pair_models(
+            11,
+            2,
+            &shapes,
+            |rng| BlockQ2_0 {
+                d: test_scale(rng),
+                qs: rng.gen(),
+            },
+            vec_dot_q2_0_q8_0_model,
+            Kernels::mul_mat_q2_0_q8_0,
+        );
+        assert!(n > 2_000);
+    }
+
+    /// Q1_0 tiles (AVX-512 haswell order; per pair elsewhere): the same, with all-clear and all-set rows among
+    /// the random ones and 60 columns of 32 blocks crossing a prepared-column chunk (51 columns).
+    #[test]
+    fn q1_0_mul_mat_tiles_match_the_per_pair_models() {
+        use crate::formats::q1_0::{vec_dot_q1_0_q8_0_model, BlockQ1_0};
+        let mut shapes = tile_shapes(&[1, 2, 3, 4, 5, 8, 11]);
+        shapes.push((32, 5, 60));
+        shapes.push((33, 7, 2));
+        let n = tiles_match_the_per_pair_models(
+            12,
+            4,
+            &shapes,
+            |rng| BlockQ1_0 {
+                d: test_scale(rng),
+                qs: match rng.gen_range(0..6) {
+                    0 => [0; 16],
+                    1 => [0xff; 16],
+                    _ => rng.gen(),
+                },
+            },
+            vec_dot_q1_0_q8_0_model,
+            Kernels::mul_mat_q1_0_q8_0,
+        );
+        assert!(n > 2_000);
     }
 
     /// The f16 scales the fork-format tests mix in: ±0, subnormals, ±65504, ±Inf, NaNs.
@@ -274,7 +332,7 @@ mod tests {
         })
     }
 
-    /// The shared loop of the fork formats' tests: 200,000 rows of 1..12 blocks (every tail of the 2- and 4-block
+    /// The shared loop of the 128-weight formats' tests (Q1_0 and the fork's): 200,000 rows of 1..12 blocks (every tail of the 2- and 4-block
     /// batches) per float order and SIMD instruction set, `block(rng, case, b)` making block `b` of row `case`,
     /// against four q8_0 blocks per block (all −128 in every seventh row) with `test_scale` scales. The kernel
     /// must give the model's bits; two NaNs count as equal and are counted.
@@ -322,6 +380,30 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Q1_0, both stock orders (the haswell build's eight lanes, the x64 build's chain): every byte value in
+    /// every one of the 16 bit positions, all-clear rows (every weight negative, so q8 = −128 meets a cleared
+    /// bit: −128 in the haswell order, +128 in the x64 one), all-set rows, random bits. The stock libraries
+    /// themselves are compared in `tests/stock_bits.rs`.
+    #[test]
+    fn q1_0_kernels_match_the_models() {
+        use crate::formats::q1_0::{vec_dot_q1_0_q8_0_model, BlockQ1_0};
+        fork_kernels_match_the_models(
+            "q1_0",
+            7,
+            |rng, case, b| BlockQ1_0 {
+                d: test_scale(rng),
+                qs: std::array::from_fn(|j| match case % 5 {
+                    0 => ((case / 5 + 7 * b + 31 * j) % 256) as u8,
+                    1 => 0x00,
+                    2 => 0xff,
+                    _ => rng.gen(),
+                }),
+            },
+            vec_dot_q1_0_q8_0_model,
+            Kernels::vec_dot_q1_0_q8_0,
+        );
     }
 
     /// PQ2_0 (no stock build to compare with: the fork is not available): the SIMD kernels against the scalar
