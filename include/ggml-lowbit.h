@@ -10,6 +10,10 @@
 
 #define Q1_0_BYTES 18
 
+#define TQ2_0_BYTES 66
+
+#define Q8_K_BYTES 292
+
 #define QK_PQ2_0 128
 
 #define QK_PTQ1_0 128
@@ -21,6 +25,8 @@
 
 #define QK1_0 128
 
+#define QK_K 256
+
 #define ALIGNMENT 32
 
 /*
@@ -31,6 +37,8 @@
 #define GGML_TYPE_Q1_0 41
 
 #define GGML_TYPE_Q2_0 42
+
+#define GGML_TYPE_TQ2_0 35
 
 #define GGML_TYPE_PQ2_0 142
 
@@ -93,6 +101,29 @@ void ggml_vec_dot_q1_0_q8_0(int n,
  As ggml's: `vx` holds `k/128` blocks, `y` has room for `k` floats.
  */
 void dequantize_row_q1_0(const void *vx, float *y, int64_t k);
+
+/*
+ `*s = Σ` of one TQ2_0 row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+
+ # Safety
+ As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+ */
+void ggml_vec_dot_tq2_0_q8_K(int n,
+                             float *s,
+                             size_t bs,
+                             const void *vx,
+                             size_t bx,
+                             const void *vy,
+                             size_t by,
+                             int nrc);
+
+/*
+ Dequantizes `k` weights (whole blocks of 256) of a TQ2_0 row.
+
+ # Safety
+ As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+ */
+void dequantize_row_tq2_0(const void *vx, float *y, int64_t k);
 
 /*
  PrismML fork: `*s = Σ` of one PQ2_0 row (`vx`, `n/128` blocks) against one q8_0 row (`vy`, `n/32` blocks).

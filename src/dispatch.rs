@@ -16,6 +16,8 @@ use crate::formats::ptq1_0::{self, BlockPTQ1_0};
 use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{self, BlockQ2_0};
 use crate::formats::q8_0::{self, BlockQ8_0};
+use crate::formats::q8_k::BlockQ8K;
+use crate::formats::tq2_0::{self, BlockTQ2_0};
 use crate::tiles::{mul_mat_by_pairs, Emit, Rows};
 use crate::FloatOrder;
 
@@ -94,6 +96,7 @@ pub struct Kernels {
     mul_mat_q2_0_q8_0: unsafe fn(Rows<'_, BlockQ2_0>, Rows<'_, BlockQ8_0>, Emit<'_>),
     vec_dot_q1_0_q8_0: unsafe fn(&[BlockQ1_0], &[BlockQ8_0]) -> f32,
     mul_mat_q1_0_q8_0: unsafe fn(Rows<'_, BlockQ1_0>, Rows<'_, BlockQ8_0>, Emit<'_>),
+    vec_dot_tq2_0_q8_k: unsafe fn(&[BlockTQ2_0], &[BlockQ8K]) -> f32,
 }
 
 impl Kernels {
@@ -145,6 +148,11 @@ impl Kernels {
                         } else {
                             avx512::mul_mat_q1_0_q8_0::<false>
                         },
+                        vec_dot_tq2_0_q8_k: if haswell {
+                            avx512::vec_dot_tq2_0_q8_k::<true>
+                        } else {
+                            avx512::vec_dot_tq2_0_q8_k::<false>
+                        },
                     }
                 }
                 Isa::Avx2 => {
@@ -187,7 +195,13 @@ impl Kernels {
                         } else {
                             avx2_mul_mat_q1_0::<false>
                         },
-                    }
+                        // No AVX2 TQ2_0 kernel: stock's haswell kernel is AVX2 already (`tq2_0.md`).
+                        vec_dot_tq2_0_q8_k: if haswell {
+                            tq2_0::vec_dot_tq2_0_q8_k_haswell_model
+                        } else {
+                            tq2_0::vec_dot_tq2_0_q8_k_x64_model
+                        },
+                    };
                 }
                 Isa::Scalar => {}
             }
@@ -230,6 +244,11 @@ impl Kernels {
                 scalar_mul_mat_q1_0::<true>
             } else {
                 scalar_mul_mat_q1_0::<false>
+            },
+            vec_dot_tq2_0_q8_k: if haswell {
+                tq2_0::vec_dot_tq2_0_q8_k_haswell_model
+            } else {
+                tq2_0::vec_dot_tq2_0_q8_k_x64_model
             },
         }
     }
@@ -285,6 +304,19 @@ impl Kernels {
     /// so without AVX-512 a preloaded library passes Q1_0 to stock.
     pub fn serves_q1_0_over_stock(&self) -> bool {
         self.order == FloatOrder::X64 || self.isa >= Isa::Avx512
+    }
+
+    /// TQ2_0 against `x.len()` q8_K blocks, in the haswell build's eight-lane order or the x64 build's chain.
+    pub fn vec_dot_tq2_0_q8_k(&self, x: &[BlockTQ2_0], y: &[BlockQ8K]) -> f32 {
+        assert!(y.len() >= x.len(), "q8_K row shorter than the TQ2_0 row");
+        // SAFETY: as `vec_dot_q2_0_q8_0`.
+        unsafe { (self.vec_dot_tq2_0_q8_k)(x, y) }
+    }
+
+    /// `dequantize_row_tq2_0` (the scalar model on every instruction set; same bits in both builds).
+    pub fn dequantize_row_tq2_0(&self, x: &[BlockTQ2_0], y: &mut [f32]) {
+        assert!(y.len() >= 256 * x.len(), "f32 output too short");
+        tq2_0::dequantize_row_tq2_0_model(x, y)
     }
 
     /// `W · Y` for Q1_0: `emit(r, c, v)` with the bits of `vec_dot_q1_0_q8_0(x.row(r), y.row(c))`: the tile

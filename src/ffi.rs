@@ -108,6 +108,40 @@ pub unsafe extern "C" fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: 
     })
 }
 
+/// `*s = Σ` of one TQ2_0 row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+///
+/// # Safety
+/// As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_vec_dot_tq2_0_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_vec_dot_tq2_0_q8_K", || unsafe {
+        interpose::vec_dot_tq2_0_q8_k(args)
+    })
+}
+
+/// Dequantizes `k` weights (whole blocks of 256) of a TQ2_0 row.
+///
+/// # Safety
+/// As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+#[no_mangle]
+pub unsafe extern "C" fn dequantize_row_tq2_0(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("dequantize_row_tq2_0", || unsafe {
+        interpose::dequantize_row_tq2_0(vx, y, k)
+    })
+}
+
 /// PrismML fork: `*s = Σ` of one PQ2_0 row (`vx`, `n/128` blocks) against one q8_0 row (`vy`, `n/32` blocks).
 ///
 /// # Safety

@@ -26,6 +26,8 @@ use crate::formats::q2_0::{vec_dot_q2_0_q8_0_fma_model, vec_dot_q2_0_q8_0_nofma_
 use crate::formats::q8_0::{
     quantize_block_q8_0_avx_model, quantize_block_q8_0_ref_model, BlockQ8_0,
 };
+use crate::formats::q8_k::BlockQ8K;
+use crate::formats::tq2_0::BlockTQ2_0;
 use crate::formats::RawBlock;
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, VecDotFn};
 use crate::FloatOrder;
@@ -52,6 +54,8 @@ pub struct Next {
     pub dequantize_row_ptq1_0: Option<DequantizeRowFn>,
     pub vec_dot_q1_0_q8_0: Option<VecDotFn>,
     pub dequantize_row_q1_0: Option<DequantizeRowFn>,
+    pub vec_dot_tq2_0_q8_k: Option<VecDotFn>,
+    pub dequantize_row_tq2_0: Option<DequantizeRowFn>,
 }
 
 pub struct Config {
@@ -76,12 +80,42 @@ fn is_ours(p: *mut c_void) -> bool {
     ours.is_some() && base(p) == ours
 }
 
+/// Whether `p` lies in *a* ggml-lowbit library: ours, or another copy loaded in the same process (the harness
+/// loads one private copy per stock build; a user could preload one over a patched build). Such a definition is
+/// never "stock": two copies passing a call to each other would recurse without end. A copy is an object that
+/// itself defines `ggml_lowbit_source_hash` (found in that object, not in one it depends on: a patched ggml-cpu
+/// links the library but is stock for our purposes).
+fn in_a_lowbit_library(p: *mut c_void) -> bool {
+    if is_ours(p) {
+        return true;
+    }
+    // SAFETY: dladdr only reads the loader's tables; RTLD_NOLOAD only returns a handle to an object already
+    // loaded, closed again below; dlsym with a NUL-terminated name has no other precondition.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(p, &mut info) == 0 || info.dli_fname.is_null() {
+            return false;
+        }
+        let h = libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        if h.is_null() {
+            return false;
+        }
+        let marker = libc::dlsym(h, c"ggml_lowbit_source_hash".as_ptr());
+        libc::dlclose(h);
+        if marker.is_null() {
+            return false;
+        }
+        let mut at: libc::Dl_info = std::mem::zeroed();
+        libc::dladdr(marker, &mut at) != 0 && at.dli_fbase == info.dli_fbase
+    }
+}
+
 /// The stock definition of `name`: `dlsym(RTLD_NEXT, name)`, else the loaded ggml libraries' own (see
-/// `loaded_ggml_symbol`); never one in our own object.
+/// `loaded_ggml_symbol`); never one in a ggml-lowbit library (`in_a_lowbit_library`).
 pub(crate) fn next_symbol<T: Copy>(name: &std::ffi::CStr) -> Option<T> {
     // SAFETY: dlsym with a NUL-terminated name has no other precondition.
     let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-    if p.is_null() || is_ours(p) {
+    if p.is_null() || in_a_lowbit_library(p) {
         p = loaded_ggml_symbol(name)?;
     }
     debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
@@ -126,7 +160,7 @@ fn loaded_ggml_symbol(name: &std::ffi::CStr) -> Option<*mut c_void> {
             }
             let p = libc::dlsym(h, name.as_ptr());
             libc::dlclose(h);
-            (!p.is_null() && !is_ours(p)).then_some(p)
+            (!p.is_null() && !in_a_lowbit_library(p)).then_some(p)
         }
     })
 }
@@ -142,6 +176,8 @@ fn find_next() -> Next {
         dequantize_row_ptq1_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_ptq1_0"),
         vec_dot_q1_0_q8_0: next_symbol::<VecDotFn>(c"ggml_vec_dot_q1_0_q8_0"),
         dequantize_row_q1_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_q1_0"),
+        vec_dot_tq2_0_q8_k: next_symbol::<VecDotFn>(c"ggml_vec_dot_tq2_0_q8_K"),
+        dequantize_row_tq2_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_tq2_0"),
     }
 }
 
@@ -823,17 +859,54 @@ pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
     }
 }
 
+/// Passes a vec_dot call to stock when serving in front of a stock ggml and `to_stock` says our kernel for it is
+/// no faster than stock's; `true` when it did. Verify and disable behave as for every symbol.
+///
+/// # Safety
+/// ggml's contract for the vec_dot symbol.
+unsafe fn vec_dot_to_stock(next: Option<VecDotFn>, to_stock: bool, a: VecDotArgs) -> bool {
+    let c = config();
+    match (c.mode, next) {
+        (Mode::Serve, Some(stock)) if to_stock => {
+            count(&PASSED, c);
+            // SAFETY: the shadowed symbol, called with the caller's own arguments.
+            unsafe { stock(a.n, a.s, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc) };
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Passes a dequantize call to stock when serving in front of a stock ggml and our implementation of that format
+/// is no faster than stock's (Q1_0's and TQ2_0's are the scalar models: `docs/q1_0.md`, `docs/tq2_0.md`). `true`
+/// when it did; verify and disable behave as for every symbol.
+///
+/// # Safety
+/// ggml's contract for the dequantize symbol.
+unsafe fn dequantize_to_stock(
+    next: Option<DequantizeRowFn>,
+    (vx, y, k): (*const c_void, *mut f32, i64),
+) -> bool {
+    let c = config();
+    match (c.mode, next) {
+        (Mode::Serve, Some(stock)) => {
+            count(&PASSED, c);
+            // SAFETY: the shadowed symbol, called with the caller's own arguments.
+            unsafe { stock(vx, y, k) };
+            true
+        }
+        _ => false,
+    }
+}
+
 /// # Safety
 /// ggml's contract for `ggml_vec_dot_q1_0_q8_0`.
 pub unsafe fn vec_dot_q1_0_q8_0(a: VecDotArgs) {
     let c = config();
-    if let (Mode::Serve, Some(stock)) = (c.mode, c.next.vec_dot_q1_0_q8_0) {
-        if !c.kernels.serves_q1_0_over_stock() {
-            count(&PASSED, c);
-            // SAFETY: the shadowed symbol, called with the caller's own arguments.
-            unsafe { stock(a.n, a.s, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc) };
-            return;
-        }
+    let to_stock = !c.kernels.serves_q1_0_over_stock();
+    // SAFETY: passed on.
+    if unsafe { vec_dot_to_stock(c.next.vec_dot_q1_0_q8_0, to_stock, a) } {
+        return;
     }
     // SAFETY: passed on.
     unsafe {
@@ -851,12 +924,62 @@ pub unsafe fn vec_dot_q1_0_q8_0(a: VecDotArgs) {
 /// ggml's contract for `dequantize_row_q1_0`.
 pub unsafe fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: i64) {
     // SAFETY: passed on.
+    if unsafe { dequantize_to_stock(config().next.dequantize_row_q1_0, (vx, y, k)) } {
+        return;
+    }
+    // SAFETY: passed on.
     unsafe {
         dequantize_rows::<BlockQ1_0>(
             "dequantize_row_q1_0",
             |n| n.dequantize_row_q1_0,
             128,
             Kernels::dequantize_row_q1_0,
+            (vx, y, k),
+        )
+    }
+}
+
+/// # Safety
+/// ggml's contract for `ggml_vec_dot_tq2_0_q8_K`.
+pub unsafe fn vec_dot_tq2_0_q8_k(a: VecDotArgs) {
+    let c = config();
+    // No kernel of ours beats stock's TQ2_0 (`docs/tq2_0.md`): with a stock symbol behind, serving passes to it;
+    // verify still compares ours with it, and without a stock ggml ours computes.
+    // SAFETY: passed on.
+    if unsafe { vec_dot_to_stock(c.next.vec_dot_tq2_0_q8_k, true, a) } {
+        return;
+    }
+    let nb = whole_blocks(a.n as i64, 256);
+    // SAFETY: ggml's contract: `vx` holds `n/256` TQ2_0 blocks and `vy` as many q8_K blocks.
+    let ours = || unsafe {
+        c.kernels
+            .vec_dot_tq2_0_q8_k(view::<BlockTQ2_0>(a.vx, nb), view::<BlockQ8K>(a.vy, nb))
+    };
+    // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
+    unsafe {
+        serve_vec_dot(
+            "ggml_vec_dot_tq2_0_q8_K",
+            c.next.vec_dot_tq2_0_q8_k,
+            a,
+            ours,
+        )
+    }
+}
+
+/// # Safety
+/// ggml's contract for `dequantize_row_tq2_0`.
+pub unsafe fn dequantize_row_tq2_0(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: passed on.
+    if unsafe { dequantize_to_stock(config().next.dequantize_row_tq2_0, (vx, y, k)) } {
+        return;
+    }
+    // SAFETY: passed on.
+    unsafe {
+        dequantize_rows::<BlockTQ2_0>(
+            "dequantize_row_tq2_0",
+            |n| n.dequantize_row_tq2_0,
+            256,
+            Kernels::dequantize_row_tq2_0,
             (vx, y, k),
         )
     }

@@ -15,6 +15,7 @@ use crate::gguf::{self, Tensor, Value};
 pub const GGML_TYPE_F32: u32 = 0;
 pub const GGML_TYPE_Q1_0: u32 = 41;
 pub const GGML_TYPE_Q2_0: u32 = 42;
+pub const GGML_TYPE_TQ2_0: u32 = 35;
 pub const GGML_TYPE_PQ2_0: u32 = 142;
 pub const GGML_TYPE_PTQ1_0: u32 = 143;
 
@@ -116,6 +117,8 @@ pub enum WeightType {
     Q2_0,
     /// 1-bit Bonsai: ±d, 128 weights per block.
     Q1_0,
+    /// BitNet-style ternary, 256 weights per block (activations in q8_K).
+    Tq2_0,
     /// PrismML fork, type 142: loads only in the fork's llama.cpp.
     Pq2_0,
     /// PrismML fork, type 143: loads only in the fork's llama.cpp.
@@ -123,9 +126,10 @@ pub enum WeightType {
 }
 
 impl WeightType {
-    pub const ALL: [WeightType; 4] = [
+    pub const ALL: [WeightType; 5] = [
         WeightType::Q2_0,
         WeightType::Q1_0,
+        WeightType::Tq2_0,
         WeightType::Pq2_0,
         WeightType::Ptq1_0,
     ];
@@ -134,6 +138,7 @@ impl WeightType {
         match self {
             WeightType::Q2_0 => "q2_0",
             WeightType::Q1_0 => "q1_0",
+            WeightType::Tq2_0 => "tq2_0",
             WeightType::Pq2_0 => "pq2_0",
             WeightType::Ptq1_0 => "ptq1_0",
         }
@@ -147,6 +152,7 @@ impl WeightType {
         match self {
             WeightType::Q2_0 => GGML_TYPE_Q2_0,
             WeightType::Q1_0 => GGML_TYPE_Q1_0,
+            WeightType::Tq2_0 => GGML_TYPE_TQ2_0,
             WeightType::Pq2_0 => GGML_TYPE_PQ2_0,
             WeightType::Ptq1_0 => GGML_TYPE_PTQ1_0,
         }
@@ -157,6 +163,7 @@ impl WeightType {
         match self {
             WeightType::Q2_0 => (64, 18),
             WeightType::Q1_0 => (128, 18),
+            WeightType::Tq2_0 => (256, 66),
             WeightType::Pq2_0 => (128, 34),
             WeightType::Ptq1_0 => (128, 28),
         }
@@ -186,6 +193,12 @@ impl WeightType {
                                 let bits = rng().to_le_bytes();
                                 chunk.copy_from_slice(&bits[..chunk.len()]);
                             }
+                        }
+                        WeightType::Tq2_0 => {
+                            // Codes in the element order of `tq2_0::code` do not matter for random ternary
+                            // content: four per byte, scale last.
+                            fill_codes(&mut blk[..64], &mut rng);
+                            blk[64..].copy_from_slice(&d);
                         }
                         WeightType::Ptq1_0 => {
                             blk[26..].copy_from_slice(&d);

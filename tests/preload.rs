@@ -181,3 +181,58 @@ fn a_host_without_ggml_is_not_disturbed() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Q1_0's stock kernel has a different order in every x86 build, so the probe also checks that the stock Q1_0
+/// follows the order the Q2_0 chain and the quantizer showed. A fake Q1_0 kernel (the real one's result with its
+/// last bit flipped, `tests/c/fake_q1_0_order.c`) preloaded after the library is what the probe then sees: the
+/// library must report that the stock library follows neither modelled order and pass every call to stock.
+#[test]
+fn a_stock_q1_0_in_an_unmodelled_order_sends_every_call_to_stock() {
+    let dir = std::env::temp_dir().join(format!("ggml-lowbit-test-{}-q1order", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("libfake_q1_0_order.so");
+    let compiler = ggml_lowbit::ab::fork::default_compiler();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new(&compiler)
+        .args(["-shared", "-fPIC", "-O2"])
+        .arg(root.join("tests/c/fake_q1_0_order.c"))
+        .arg("-o")
+        .arg(&fake)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "cannot build the fake Q1_0 library");
+    let stock = ggml_lowbit::stock::ensure_built(FloatOrder::Haswell).expect("stock build");
+    let out = Command::new(stock.join("test-quantize-fns"))
+        .current_dir(&stock)
+        .env(
+            "LD_PRELOAD",
+            format!("{}:{}", library().display(), fake.display()),
+        )
+        .env("GGML_LOWBIT_LOG", "1")
+        .env_remove("GGML_LOWBIT_MATCH")
+        .env_remove("GGML_LOWBIT_VERIFY")
+        .env_remove("GGML_LOWBIT_DISABLE")
+        .output()
+        .expect("run test-quantize-fns");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{text}");
+    assert!(
+        text.contains("reproduces neither modelled float order (ggml_vec_dot_q1_0_q8_0 gave"),
+        "{text}"
+    );
+    assert!(text.contains("every call is passed to stock"), "{text}");
+    assert_eq!(
+        count_before(&text, "calls served by ggml-lowbit", "calls"),
+        0,
+        "{text}"
+    );
+    assert!(
+        count_before(&text, "calls served by ggml-lowbit", "passed") > 0,
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -10,13 +10,13 @@ use std::ffi::{c_int, c_void};
 
 use rand::Rng;
 
-use super::cases::{Gen, Unaligned, Q1_0_BYTES, Q2_0_BYTES, Q8_0_BYTES};
+use super::cases::{Gen, Unaligned, Q1_0_BYTES, Q2_0_BYTES, Q8_0_BYTES, Q8_K_BYTES, TQ2_0_BYTES};
 use crate::dispatch::{Isa, Kernels};
 use crate::formats::{blocks, blocks_mut};
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, StockLib, VecDotFn};
 use crate::FloatOrder;
 
-pub const SYMBOLS: [&str; 7] = [
+pub const SYMBOLS: [&str; 9] = [
     "ggml_vec_dot_q2_0_q8_0",
     "quantize_row_q8_0",
     "dequantize_row_q2_0",
@@ -24,6 +24,8 @@ pub const SYMBOLS: [&str; 7] = [
     "ggml_vec_dot_q1_0_q8_0",
     "dequantize_row_q1_0",
     "ggml_lowbit_mul_mat_q1_0_q8_0",
+    "ggml_vec_dot_tq2_0_q8_K",
+    "dequantize_row_tq2_0",
 ];
 
 /// `ggml_lowbit_mul_mat_q2_0_q8_0` / `_q1_0_q8_0`: our tile exports (stock has none: their reference is one
@@ -52,6 +54,10 @@ pub struct CSymbols {
     pub dequantize_row_q1_0: DequantizeRowFn,
     /// Ours only.
     pub mul_mat_q1_0_q8_0: Option<MulMatFn>,
+    pub vec_dot_tq2_0_q8_k: VecDotFn,
+    pub dequantize_row_tq2_0: DequantizeRowFn,
+    /// Stock only (we do not replace it: ours would not be faster); makes realistic q8_K inputs.
+    pub quantize_row_q8_k: Option<QuantizeRowFn>,
 }
 
 impl CSymbols {
@@ -64,6 +70,9 @@ impl CSymbols {
             vec_dot_q1_0_q8_0: stock.vec_dot("ggml_vec_dot_q1_0_q8_0")?,
             dequantize_row_q1_0: stock.dequantize_row("dequantize_row_q1_0")?,
             mul_mat_q1_0_q8_0: None,
+            vec_dot_tq2_0_q8_k: stock.vec_dot("ggml_vec_dot_tq2_0_q8_K")?,
+            dequantize_row_tq2_0: stock.dequantize_row("dequantize_row_tq2_0")?,
+            quantize_row_q8_k: Some(stock.quantize_row("quantize_row_q8_K")?),
         })
     }
 
@@ -95,6 +104,13 @@ impl CSymbols {
                     *lib.get::<MulMatFn>(b"ggml_lowbit_mul_mat_q1_0_q8_0\0")
                         .map_err(|e| e.to_string())?,
                 ),
+                vec_dot_tq2_0_q8_k: *lib
+                    .get::<VecDotFn>(b"ggml_vec_dot_tq2_0_q8_K\0")
+                    .map_err(|e| e.to_string())?,
+                dequantize_row_tq2_0: *lib
+                    .get::<DequantizeRowFn>(b"dequantize_row_tq2_0\0")
+                    .map_err(|e| e.to_string())?,
+                quantize_row_q8_k: None,
             })
         }
     }
@@ -139,6 +155,32 @@ impl Subject {
                 )
             }
             Subject::C { symbols, .. } => call_vec_dot(symbols.vec_dot_q1_0_q8_0, n, x, y, nrc),
+        }
+    }
+
+    fn vec_dot_tq2_0(&self, n: i32, x: &[u8], y: &[u8], nrc: i32) -> f32 {
+        match self {
+            Subject::Kernels(k) => {
+                let nb = if n > 0 { n as usize / 256 } else { 0 };
+                k.vec_dot_tq2_0_q8_k(
+                    blocks(&x[..nb * TQ2_0_BYTES]),
+                    blocks(&y[..nb * Q8_K_BYTES]),
+                )
+            }
+            Subject::C { symbols, .. } => call_vec_dot(symbols.vec_dot_tq2_0_q8_k, n, x, y, nrc),
+        }
+    }
+
+    fn dequantize_tq2_0(&self, x: &[u8], y: &mut [f32], k: i64) {
+        match self {
+            Subject::Kernels(kern) => {
+                let nb = (k.max(0) / 256) as usize;
+                kern.dequantize_row_tq2_0(blocks(&x[..nb * TQ2_0_BYTES]), &mut y[..nb * 256])
+            }
+            // SAFETY: `x` holds `k/256` blocks and `y` room for `k` floats (the case builder's sizes).
+            Subject::C { symbols, .. } => unsafe {
+                (symbols.dequantize_row_tq2_0)(x.as_ptr() as *const c_void, y.as_mut_ptr(), k)
+            },
         }
     }
 
@@ -612,6 +654,71 @@ pub fn run(
                 s.dequantize_q1_0(x.bytes(), &mut got, k as i64);
                 let (o, at) = compare_f32(&got, &want);
                 reports[5 * per_symbol + j].record(o, || {
+                    format!(
+                        "case {case}: k={k}: value {at}: ours {:e} stock {:e}",
+                        got[at], want[at]
+                    )
+                });
+            }
+        }
+        // ggml_vec_dot_tq2_0_q8_K: activations quantized by stock's own quantize_row_q8_K (realistic and
+        // edge floats), or q8_K bytes built directly (−128 runs, arbitrary bsums that make stock's i16 lanes wrap).
+        {
+            let nb = gen.row_blocks(256).min(48);
+            let tail = if gen.rng.gen_ratio(1, 8) {
+                gen.rng.gen_range(1..256)
+            } else {
+                0
+            };
+            let n = (nb * 256 + tail) as i32;
+            let nrc = if gen.rng.gen_ratio(1, 16) { 2 } else { 1 };
+            let mut x = Unaligned::new(nb * TQ2_0_BYTES, gen.rng.gen_range(0..64));
+            let mut y = Unaligned::new(nb * Q8_K_BYTES, gen.rng.gen_range(0..64));
+            gen.tq2_0_row(nb, x.bytes_mut());
+            gen.q8_k_row(
+                nb,
+                y.bytes_mut(),
+                st.quantize_row_q8_k.expect("stock quantizer"),
+            );
+            let want = call_vec_dot(st.vec_dot_tq2_0_q8_k, n, x.bytes(), y.bytes(), nrc);
+            for (j, s) in subjects.iter().enumerate() {
+                let got = s.vec_dot_tq2_0(n, x.bytes(), y.bytes(), nrc);
+                let (o, _) = compare_f32(&[got], &[want]);
+                reports[7 * per_symbol + j].record(o, || {
+                    format!(
+                        "case {case}: n={n}: ours {got:e} ({:#010x}) stock {want:e} ({:#010x})",
+                        got.to_bits(),
+                        want.to_bits()
+                    )
+                });
+            }
+        }
+        // dequantize_row_tq2_0
+        {
+            let nb = gen.row_blocks(256).min(16);
+            let tail = if gen.rng.gen_ratio(1, 8) {
+                gen.rng.gen_range(1..256)
+            } else {
+                0
+            };
+            let k = nb * 256 + tail;
+            let mut x = Unaligned::new(nb * TQ2_0_BYTES, gen.rng.gen_range(0..64));
+            gen.tq2_0_row(nb, x.bytes_mut());
+            let sentinel = f32::from_bits(0x7fa5_a5a5);
+            let mut want = vec![sentinel; nb * 256 + 256];
+            // SAFETY: `x` has `k/256` blocks, `want` room for them plus a sentinel block.
+            unsafe {
+                (st.dequantize_row_tq2_0)(
+                    x.bytes().as_ptr() as *const c_void,
+                    want.as_mut_ptr(),
+                    k as i64,
+                )
+            };
+            for (j, s) in subjects.iter().enumerate() {
+                let mut got = vec![sentinel; nb * 256 + 256];
+                s.dequantize_tq2_0(x.bytes(), &mut got, k as i64);
+                let (o, at) = compare_f32(&got, &want);
+                reports[8 * per_symbol + j].record(o, || {
                     format!(
                         "case {case}: k={k}: value {at}: ours {:e} stock {:e}",
                         got[at], want[at]

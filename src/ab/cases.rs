@@ -11,6 +11,8 @@ use crate::formats::q8_0::QK8_0;
 pub const Q2_0_BYTES: usize = 18;
 pub const Q8_0_BYTES: usize = 34;
 pub const Q1_0_BYTES: usize = 18;
+pub const TQ2_0_BYTES: usize = 66;
+pub const Q8_K_BYTES: usize = 292;
 
 /// A byte buffer whose payload starts `offset` bytes into its allocation, so kernels see every alignment.
 pub struct Unaligned {
@@ -141,6 +143,76 @@ impl Gen {
                     1 => 0x00,
                     2 => 0xff,
                     _ => self.rng.gen(),
+                };
+            }
+        }
+    }
+
+    /// TQ2_0 blocks (66 bytes, scale last): code bytes cycling through every value in every position, all code 3,
+    /// ternary, or random.
+    pub fn tq2_0_row(&mut self, nb: usize, out: &mut [u8]) {
+        let style = self.rng.gen_range(0..5);
+        let case = self.case;
+        for b in 0..nb {
+            let blk = &mut out[b * TQ2_0_BYTES..(b + 1) * TQ2_0_BYTES];
+            for (j, q) in blk[..64].iter_mut().enumerate() {
+                *q = match style {
+                    0 => ((case as usize + 7 * b + 31 * j) % 256) as u8,
+                    1 => 0xff,
+                    2 => {
+                        let mut v = 0u8;
+                        for r in 0..4 {
+                            v |= self.rng.gen_range(0..3u8) << (2 * r);
+                        }
+                        v
+                    }
+                    _ => self.rng.gen(),
+                };
+            }
+            let d = self.realistic_weight_scale();
+            let d = self.f16_scale(d);
+            blk[64..].copy_from_slice(&d.to_le_bytes());
+        }
+    }
+
+    /// q8_K blocks (292 bytes): mostly activations quantized by `quantize` (stock's own `quantize_row_q8_K`,
+    /// so the bsums are the quantizer's), sometimes bytes built directly: all −128 quants with consistent
+    /// bsums, or random quants with arbitrary bsums (stock's i16 lanes then wrap) and arbitrary `d` bits.
+    pub fn q8_k_row(&mut self, nb: usize, out: &mut [u8], quantize: crate::stock::QuantizeRowFn) {
+        match self.rng.gen_range(0..6) {
+            0 => {
+                for blk in out.chunks_exact_mut(Q8_K_BYTES).take(nb) {
+                    let d: f32 = self.rng.gen_range(0.001..0.05);
+                    blk[..4].copy_from_slice(&d.to_le_bytes());
+                    blk[4..260].fill(0x80);
+                    for m in 0..16 {
+                        blk[260 + 2 * m..262 + 2 * m].copy_from_slice(&(-2048i16).to_le_bytes());
+                    }
+                }
+            }
+            1 => {
+                for blk in out.chunks_exact_mut(Q8_K_BYTES).take(nb) {
+                    self.rng.fill(&mut blk[..]);
+                    if self.rng.gen_ratio(1, 2) {
+                        let d: f32 = self.rng.gen_range(0.001..0.05);
+                        blk[..4].copy_from_slice(&d.to_le_bytes());
+                    }
+                    for m in 0..16 {
+                        let v = [i16::MIN, i16::MAX, self.rng.gen()][self.rng.gen_range(0..3)];
+                        blk[260 + 2 * m..262 + 2 * m].copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+            _ => {
+                let mut x = vec![0f32; 256 * nb];
+                self.activations(256 * nb, &mut x);
+                // SAFETY: `x` holds `nb` blocks of floats and `out` room for `nb` q8_K blocks.
+                unsafe {
+                    quantize(
+                        x.as_ptr(),
+                        out.as_mut_ptr() as *mut std::ffi::c_void,
+                        (256 * nb) as i64,
+                    )
                 };
             }
         }

@@ -13,6 +13,8 @@ use rand::Rng;
 
 use super::bits::MulMatFn;
 use super::cases::{Gen, Q8_0_BYTES};
+use crate::formats::blocks_mut;
+use crate::formats::q8_k::{quantize_row_q8_k_model, BlockQ8K, QK_K};
 use crate::model::WeightType;
 use crate::stock::{QuantizeRowFn, VecDotFn};
 
@@ -70,14 +72,25 @@ impl MatVec {
         // Rows are generated in parallel from per-row seeds so 151669-row matrices take well under a second.
         format.fill(&mut weights, cols, 0.03, seed);
         let mut g = Gen::new(seed.wrapping_add(1));
-        let mut act = vec![0u8; cols / 32 * Q8_0_BYTES];
-        for blk in act.chunks_exact_mut(Q8_0_BYTES) {
-            let d = half::f16::from_f32(g.rng.gen_range(0.005..0.05)).to_bits();
-            blk[..2].copy_from_slice(&d.to_le_bytes());
-            for q in &mut blk[2..] {
-                *q = g.rng.gen::<i8>() as u8;
+        let act = if format == WeightType::Tq2_0 {
+            // q8_K, quantized from random activations with ggml's own quantizer (the model of it).
+            let x: Vec<f32> = (0..cols).map(|_| g.rng.gen_range(-1.0f32..1.0)).collect();
+            let mut y = vec![BlockQ8K::default(); cols / QK_K];
+            quantize_row_q8_k_model(&x, &mut y);
+            let mut act = vec![0u8; cols / QK_K * std::mem::size_of::<BlockQ8K>()];
+            blocks_mut::<BlockQ8K>(&mut act).copy_from_slice(&y);
+            act
+        } else {
+            let mut act = vec![0u8; cols / 32 * Q8_0_BYTES];
+            for blk in act.chunks_exact_mut(Q8_0_BYTES) {
+                let d = half::f16::from_f32(g.rng.gen_range(0.005..0.05)).to_bits();
+                blk[..2].copy_from_slice(&d.to_le_bytes());
+                for q in &mut blk[2..] {
+                    *q = g.rng.gen::<i8>() as u8;
+                }
             }
-        }
+            act
+        };
         MatVec {
             rows,
             cols,

@@ -124,7 +124,7 @@ enum Command {
         /// tiny, tiny-moe, bonsai-1.7b, bonsai-8b or bonsai2-27b.
         #[arg(long, default_value = "tiny")]
         preset: String,
-        /// Weight type: q2_0, q1_0, or the PrismML fork's pq2_0 (142) / ptq1_0 (143), which only the fork loads.
+        /// Weight type: q2_0, q1_0, tq2_0, or the PrismML fork's pq2_0 (142) / ptq1_0 (143), which only the fork loads.
         #[arg(long = "type", default_value = "q2_0")]
         wtype: String,
         #[arg(long, default_value_t = 1)]
@@ -727,6 +727,7 @@ fn cmd_speed(
         "quantize_row_q8_0",
         "ggml_vec_dot_q1_0_q8_0",
         "ggml_lowbit_mul_mat_q1_0_q8_0",
+        "ggml_vec_dot_tq2_0_q8_K",
         "ggml_vec_dot_pq2_0_q8_0",
         "ggml_vec_dot_ptq1_0_q8_0",
     ];
@@ -811,6 +812,21 @@ fn cmd_speed(
             shapes: shapes.clone(),
             ours: ours.vec_dot_q2_0_q8_0,
             baseline: st.vec_dot_q2_0_q8_0,
+            baseline_name: stock_name.clone(),
+        });
+    }
+    if wants("ggml_vec_dot_tq2_0_q8_K") {
+        if let Some((r, c)) = shapes.iter().find(|(_, c)| c % 256 != 0) {
+            return Err(format!(
+                "{r}x{c}: ggml_vec_dot_tq2_0_q8_K needs columns in whole blocks of 256"
+            ));
+        }
+        jobs.push(SpeedJob {
+            symbol: "ggml_vec_dot_tq2_0_q8_K",
+            format: WeightType::Tq2_0,
+            shapes: shapes.clone(),
+            ours: ours.vec_dot_tq2_0_q8_k,
+            baseline: st.vec_dot_tq2_0_q8_k,
             baseline_name: stock_name.clone(),
         });
     }

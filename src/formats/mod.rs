@@ -4,6 +4,8 @@ pub mod ptq1_0;
 pub mod q1_0;
 pub mod q2_0;
 pub mod q8_0;
+pub mod q8_k;
+pub mod tq2_0;
 
 /// Views raw bytes as blocks. Every block type here is `repr(C)` of bytes only (alignment 1, every bit pattern
 /// valid), so this is a plain reinterpretation; a trailing partial block is left out.
@@ -35,3 +37,7 @@ unsafe impl RawBlock for pq2_0::BlockPQ2_0 {}
 unsafe impl RawBlock for ptq1_0::BlockPTQ1_0 {}
 // SAFETY: as above.
 unsafe impl RawBlock for q1_0::BlockQ1_0 {}
+// SAFETY: as above (`d` and `bsums` are byte arrays).
+unsafe impl RawBlock for q8_k::BlockQ8K {}
+// SAFETY: as above.
+unsafe impl RawBlock for tq2_0::BlockTQ2_0 {}

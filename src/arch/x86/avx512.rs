@@ -22,6 +22,8 @@ use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1
 use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
+use crate::formats::q8_k::BlockQ8K;
+use crate::formats::tq2_0::{self, BlockTQ2_0};
 use crate::fp16::F16_TO_F32_TABLE;
 use crate::tiles::{
     mul_mat_by_pairs, mul_mat_q1_0_tiles, mul_mat_q2_0_tiles, Emit, Q1ColumnBlock, Q2ColumnBatch,
@@ -852,6 +854,96 @@ pub unsafe fn mul_mat_q1_0_q8_0<const HASWELL: bool>(
                 emit,
             )
         }
+    }
+}
+
+/// `Σ c·q` and `Σ q` of one TQ2_0 block against its q8_K quants as eight i32 lanes each, lane `L` over the
+/// elements with `e mod 32 ∈ [4L, 4L + 4)` (the lanes of stock's AVX2 kernel after its `madd`). Each 32-byte
+/// half of the codes is broadcast to both halves of a 512-bit vector and one AND keeps field `l` in the low half
+/// and field `l + 1` in the high half *in place* (`c·4^l`), which meet 64 contiguous quants; four `vpdpbusd`
+/// cover the block, and the fields' powers of four come off at the end with exact arithmetic shifts (every
+/// partial is a multiple of its `4^l`). No per-field shifts or GFNI: ANDs run on every vector pipe.
+///
+/// # Safety
+/// 64 code bytes at `codes` and 256 quants at `q`; the calling kernel enables the features.
+#[inline(always)]
+unsafe fn tq2_block_sums(codes: *const u8, q: *const u8) -> (__m256i, __m256i) {
+    // SAFETY (whole body): reads inside the block and the quants; features from the caller.
+    unsafe {
+        let ones = _mm256_set1_epi8(1);
+        // acc[l]: field l in place (×4^l) against its 32 quants, both code halves.
+        let mut acc = [_mm256_setzero_si256(); 4];
+        let mut sq = _mm256_setzero_si256();
+        for j in 0..2 {
+            let c = _mm256_loadu_si256(codes.add(32 * j) as *const __m256i);
+            for (l, a) in acc.iter_mut().enumerate() {
+                let qv = _mm256_loadu_si256(q.add(128 * j + 32 * l) as *const __m256i);
+                let f = _mm256_and_si256(c, _mm256_set1_epi8((3u8 << (2 * l)) as i8));
+                *a = _mm256_dpbusd_epi32(*a, f, qv);
+                sq = _mm256_dpbusd_epi32(sq, ones, qv);
+            }
+        }
+        let cq = _mm256_add_epi32(
+            _mm256_add_epi32(acc[0], _mm256_srai_epi32::<2>(acc[1])),
+            _mm256_add_epi32(
+                _mm256_srai_epi32::<4>(acc[2]),
+                _mm256_srai_epi32::<6>(acc[3]),
+            ),
+        );
+        (cq, sq)
+    }
+}
+
+/// `ggml_vec_dot_tq2_0_q8_K` with the haswell build's order (`HASWELL = true`) or the x64 build's.
+///
+/// Haswell: `tq2_block_sums` gives `Σ c·q` per lane; stock subtracts `bsums` in sixteen i16 lanes with
+/// wrap-around, which equals subtracting the pair sums of `bsums` (`vpmaddwd`) whenever no i16 lane can wrap:
+/// a lane's `Σ c·q` is at most 16·3·128 = 6144 in magnitude, so every `|bsums[m]| ≤ 26623` is enough. A row
+/// with a bsum beyond that (never the quantizer's own) is redone by the scalar model. Then stock's float steps
+/// (convert, one FMA with the scalar `y.d·d0`) on eight lanes and `hsum_float_8`.
+///
+/// x64: per block `sumi = Σ c·q − Σ q` (exact, from the same sums) and the generic chain
+/// `sumf += (float)sumi · d`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, GFNI, AVX2, FMA and F16C; `y.len() >= x.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[BlockQ8K]) -> f32 {
+    debug_assert!(y.len() >= x.len());
+    // SAFETY (whole block): block `i` of x and y are inside the slices; this function enables the features.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let mut sumf = 0f32;
+        let mut largest_bsum = _mm256_setzero_si256();
+        for (xb, yb) in x.iter().zip(y) {
+            let (cq, sq) = tq2_block_sums(xb.qs.as_ptr(), yb.qs.as_ptr() as *const u8);
+            let d = tq2_0::block_scale(xb, yb);
+            if HASWELL {
+                let bs = _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i);
+                largest_bsum = _mm256_max_epu16(largest_bsum, _mm256_abs_epi16(bs));
+                let lanes = _mm256_sub_epi32(cq, _mm256_madd_epi16(bs, _mm256_set1_epi16(1)));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d), acc);
+            } else {
+                let v = _mm256_sub_epi32(cq, sq);
+                let t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+                let t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+                let sumi = _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32::<1>(t)));
+                sumf += sumi as f32 * d;
+            }
+        }
+        if !HASWELL {
+            return sumf;
+        }
+        // A bsum beyond ±26623 somewhere in the row (never the quantizer's own): stock's i16 lanes may have
+        // wrapped, so the row is redone by the model, which wraps exactly as stock does. Checked once per row,
+        // not per block: a per-block test and branch cost a fifth of the kernel's time.
+        let beyond = _mm256_cmpgt_epu16_mask(largest_bsum, _mm256_set1_epi16(26623));
+        if beyond != 0 {
+            return tq2_0::vec_dot_tq2_0_q8_k_haswell_model(x, y);
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        q1_0::hsum_float_8(lanes)
     }
 }
 

@@ -406,6 +406,87 @@ mod tests {
         );
     }
 
+    /// TQ2_0 against q8_K, both orders, 200,000 rows per order and table: every byte value in every code
+    /// position, all-code-3 rows, random codes; quants random, all −128 or all 127; bsums the quantizer's own
+    /// (sums of sixteen) in most rows, arbitrary i16 (including −32768 and 32767) in one row of five, which
+    /// makes stock's i16 lanes wrap; special f16 weight scales and special f32 activation scales.
+    #[test]
+    fn tq2_0_kernels_match_the_models() {
+        use crate::formats::q8_k::BlockQ8K;
+        use crate::formats::tq2_0::{vec_dot_tq2_0_q8_k_model, BlockTQ2_0};
+        let mut rng = SmallRng::seed_from_u64(8);
+        let f32_specials = [
+            0.0f32,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1e-40,
+            3.0e38,
+        ];
+        for order in FloatOrder::ALL {
+            for k in simd_kernels(order) {
+                let mut nan_pairs = 0;
+                for case in 0..200_000usize {
+                    let nb = 1 + case % 12;
+                    let x: Vec<BlockTQ2_0> = (0..nb)
+                        .map(|b| BlockTQ2_0 {
+                            qs: std::array::from_fn(|j| match case % 4 {
+                                0 => ((case / 4 + 7 * b + 31 * j) % 256) as u8,
+                                1 => 0xff,
+                                _ => rng.gen(),
+                            }),
+                            d: test_scale(&mut rng),
+                        })
+                        .collect();
+                    let y: Vec<BlockQ8K> = (0..nb)
+                        .map(|_| {
+                            let mut blk = BlockQ8K::default();
+                            match case % 7 {
+                                0 => blk.qs = [-128; 256],
+                                1 => blk.qs = [127; 256],
+                                _ => rng.fill(&mut blk.qs[..]),
+                            }
+                            for m in 0..16 {
+                                let v = if case % 5 == 3 {
+                                    [i16::MIN, i16::MAX, rng.gen()][rng.gen_range(0..3)]
+                                } else {
+                                    blk.qs[16 * m..16 * m + 16].iter().map(|&q| q as i16).sum()
+                                };
+                                blk.set_bsum(m, v);
+                            }
+                            let d = if rng.gen_ratio(1, 40) {
+                                f32_specials[rng.gen_range(0..f32_specials.len())]
+                            } else {
+                                rng.gen_range(0.0001f32..0.05)
+                            };
+                            blk.d = d.to_le_bytes();
+                            blk
+                        })
+                        .collect();
+                    let (want, got) = (
+                        vec_dot_tq2_0_q8_k_model(order, &x, &y),
+                        k.vec_dot_tq2_0_q8_k(&x, &y),
+                    );
+                    assert!(
+                        same(got, want),
+                        "{:?} {} case {case}: {got} vs {want}",
+                        k.isa,
+                        order.name()
+                    );
+                    if got.to_bits() != want.to_bits() {
+                        nan_pairs += 1;
+                    }
+                }
+                eprintln!(
+                    "tq2_0 {:?} {}: 200000 cases, {nan_pairs} NaN pairs",
+                    k.isa,
+                    order.name()
+                );
+            }
+        }
+    }
+
     /// PQ2_0 (no stock build to compare with: the fork is not available): the SIMD kernels against the scalar
     /// models written from the specification; every byte value in every code position, all-code-3 rows.
     #[test]
