@@ -15,8 +15,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
-use crate::dispatch::env_choice;
-use crate::dispatch::Kernels;
+use crate::dispatch::{env_choice, Kernels};
 use crate::formats::q1_0::BlockQ1_0;
 use crate::formats::q2_0::BlockQ2_0;
 use crate::formats::q8_0::BlockQ8_0;

@@ -272,9 +272,9 @@ pub(crate) fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnBlock>) {
 }
 
 /// An instruction set's Q1_0 row kernel: the eight haswell-order lanes of `R` rows (pointers to their first
-/// block) against a prepared column, over all of its blocks.
-pub(crate) type Q1TileRows<const R: usize> =
-    unsafe fn([*const u8; R], &[Q1ColumnBlock]) -> [[f32; 8]; R];
+/// block) against `C` prepared columns of equal length, over all of their blocks.
+pub(crate) type Q1TileRows<const R: usize, const C: usize> =
+    unsafe fn([*const u8; R], [&[Q1ColumnBlock]; C]) -> [[[f32; 8]; R]; C];
 
 /// Rows `t, t + q, t + 2q, t + 3q` for each tile step `t` (`q = rows / 4`), then the tail rows one by one: the
 /// row order both drivers use (see `mul_mat_q2_0_tiles`).
@@ -287,8 +287,9 @@ fn tile_steps(rows: usize) -> (usize, impl Iterator<Item = [usize; TILE_ROWS]>) 
 }
 
 /// `W · Y` for Q1_0 weights in the haswell build's order: columns prepared in chunks that stay in L2, four rows
-/// per step against each (their lane chains interleaved), tail rows one at a time, and each element finished
-/// with `hsum_float_8`, so every element has the bits of the haswell `ggml_vec_dot_q1_0_q8_0`.
+/// per step against each pair of columns (prefill; the rows' sign bytes shared, the chains interleaved), a last
+/// single column, tail rows one at a time, and each element finished with `hsum_float_8`, so every element has
+/// the bits of the haswell `ggml_vec_dot_q1_0_q8_0`.
 ///
 /// # Safety
 /// `rows4` and `rows1` must be safe to call on this CPU; `y.nb() >= 4 * x.nb()`.
@@ -296,8 +297,9 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
     x: Rows<'_, BlockQ1_0>,
     y: Rows<'_, BlockQ8_0>,
     emit: Emit<'_>,
-    rows4: Q1TileRows<TILE_ROWS>,
-    rows1: Q1TileRows<1>,
+    rows4: Q1TileRows<TILE_ROWS, 1>,
+    rows1: Q1TileRows<1, 1>,
+    rows4x2: Q1TileRows<TILE_ROWS, 2>,
 ) {
     thread_local! {
         static PREPARED: std::cell::RefCell<Vec<Vec<Q1ColumnBlock>>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -318,10 +320,23 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
             let (tail, steps) = tile_steps(x.rows());
             for rows in steps {
                 let ptrs = rows.map(|r| x.row(r).as_ptr() as *const u8);
-                for c in c0..c1 {
+                let mut c = c0;
+                // Column pairs (prefill: each row's sign bytes expanded once for both), then a single column.
+                while c + 2 <= c1 {
+                    let pair = [&prepared[c - c0][..], &prepared[c + 1 - c0][..]];
+                    // SAFETY: as below, for both columns.
+                    let lanes = unsafe { rows4x2(ptrs, pair) };
+                    for (j, col) in lanes.into_iter().enumerate() {
+                        for (r, l) in rows.into_iter().zip(col) {
+                            emit(r, c + j, q1_0::hsum_float_8(l));
+                        }
+                    }
+                    c += 2;
+                }
+                for c in c..c1 {
                     // SAFETY: each row holds `nb` blocks, the prepared column `nb` entries; the caller vouches
                     // for the CPU.
-                    let lanes = unsafe { rows4(ptrs, &prepared[c - c0]) };
+                    let [lanes] = unsafe { rows4(ptrs, [&prepared[c - c0]]) };
                     for (r, l) in rows.into_iter().zip(lanes) {
                         emit(r, c, q1_0::hsum_float_8(l));
                     }
@@ -330,9 +345,9 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
             for r in tail..x.rows() {
                 for c in c0..c1 {
                     // SAFETY: as above.
-                    let lanes =
-                        unsafe { rows1([x.row(r).as_ptr() as *const u8], &prepared[c - c0]) };
-                    emit(r, c, q1_0::hsum_float_8(lanes[0]));
+                    let [[lanes]] =
+                        unsafe { rows1([x.row(r).as_ptr() as *const u8], [&prepared[c - c0]]) };
+                    emit(r, c, q1_0::hsum_float_8(lanes));
                 }
             }
             c0 = c1;

@@ -780,51 +780,61 @@ const Q1_BIT_TO_BYTE: [u8; 64] = {
 ///
 /// # Safety
 /// The CPU must have the features below; each row pointer addresses `col.len()` Q1_0 blocks.
+// Block `i` indexes every row and every column at once.
+#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn q1_tile_rows<const R: usize>(
+unsafe fn q1_tile_rows<const R: usize, const C: usize>(
     rows: [*const u8; R],
-    col: &[Q1ColumnBlock],
-) -> [[f32; 8]; R] {
-    let mut acc = [_mm256_setzero_ps(); R];
-    // SAFETY (whole loop): block `i` of every row and entry `i` of the column are inside what the caller
-    // guarantees; this function enables the features.
+    cols: [&[Q1ColumnBlock]; C],
+) -> [[[f32; 8]; R]; C] {
+    let mut acc = [[_mm256_setzero_ps(); R]; C];
+    let blocks = cols[0].len();
+    // SAFETY (whole loop): block `i` of every row and entry `i` of every column are inside what the caller
+    // guarantees (every column has `blocks` entries); this function enables the features.
     unsafe {
         let ctrl = _mm512_loadu_si512(Q1_BIT_TO_BYTE.as_ptr() as *const _);
         let two = _mm512_set1_epi8(2);
-        for (i, c) in col.iter().enumerate() {
-            let h: [__m512i; 2] =
-                [0, 1].map(|g| _mm512_load_si512(c.h[2 * g].as_ptr() as *const _));
-            let base: [__m512i; 2] =
-                [0, 1].map(|g| _mm512_load_si512(c.base[2 * g].as_ptr() as *const _));
+        for i in 0..blocks {
+            let c: [&Q1ColumnBlock; C] = std::array::from_fn(|j| &cols[j][i]);
             for r in 0..R {
                 let xb = rows[r].add(i * Q1_BYTES);
-                let mut acc_block = _mm256_setzero_ps();
-                for g in 0..2 {
+                let d0 = broadcast_half(xb);
+                // The row's sign bytes, shared by the columns.
+                let w: [__m512i; 2] = [0, 1].map(|g| {
                     let bits =
                         _mm512_set1_epi64((xb.add(2 + 8 * g) as *const i64).read_unaligned());
-                    let w = _mm512_and_si512(_mm512_multishift_epi64_epi8(ctrl, bits), two);
-                    let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base[g], w, h[g]));
-                    let (s_lo, s_hi) = (
-                        _mm512_castps512_ps256(s),
-                        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s))),
-                    );
-                    let (d_lo, d_hi) = (
-                        _mm256_broadcast_ss(&c.d1[2 * g]),
-                        _mm256_broadcast_ss(&c.d1[2 * g + 1]),
-                    );
-                    acc_block = if g == 0 {
-                        _mm256_mul_ps(d_lo, s_lo)
-                    } else {
-                        _mm256_fmadd_ps(d_lo, s_lo, acc_block)
-                    };
-                    acc_block = _mm256_fmadd_ps(d_hi, s_hi, acc_block);
+                    _mm512_and_si512(_mm512_multishift_epi64_epi8(ctrl, bits), two)
+                });
+                for j in 0..C {
+                    let mut acc_block = _mm256_setzero_ps();
+                    for (g, &wg) in w.iter().enumerate() {
+                        let h = _mm512_load_si512(c[j].h[2 * g].as_ptr() as *const _);
+                        let base = _mm512_load_si512(c[j].base[2 * g].as_ptr() as *const _);
+                        let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base, wg, h));
+                        let (s_lo, s_hi) = (
+                            _mm512_castps512_ps256(s),
+                            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s))),
+                        );
+                        let (d_lo, d_hi) = (
+                            _mm256_broadcast_ss(&c[j].d1[2 * g]),
+                            _mm256_broadcast_ss(&c[j].d1[2 * g + 1]),
+                        );
+                        acc_block = if g == 0 {
+                            _mm256_mul_ps(d_lo, s_lo)
+                        } else {
+                            _mm256_fmadd_ps(d_lo, s_lo, acc_block)
+                        };
+                        acc_block = _mm256_fmadd_ps(d_hi, s_hi, acc_block);
+                    }
+                    acc[j][r] = _mm256_fmadd_ps(d0, acc_block, acc[j][r]);
                 }
-                acc[r] = _mm256_fmadd_ps(broadcast_half(xb), acc_block, acc[r]);
             }
         }
-        let mut out = [[0f32; 8]; R];
-        for r in 0..R {
-            _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
+        let mut out = [[[0f32; 8]; R]; C];
+        for j in 0..C {
+            for r in 0..R {
+                _mm256_storeu_ps(out[j][r].as_mut_ptr(), acc[j][r]);
+            }
         }
         out
     }
@@ -845,7 +855,14 @@ pub unsafe fn mul_mat_q1_0_q8_0<const HASWELL: bool>(
     // SAFETY: the caller's contract covers the kernels' features.
     unsafe {
         if HASWELL {
-            mul_mat_q1_0_tiles(x, y, emit, q1_tile_rows::<4>, q1_tile_rows::<1>)
+            mul_mat_q1_0_tiles(
+                x,
+                y,
+                emit,
+                q1_tile_rows::<4, 1>,
+                q1_tile_rows::<1, 1>,
+                q1_tile_rows::<4, 2>,
+            )
         } else {
             mul_mat_by_pairs(
                 |x, y| vec_dot_q1_0_q8_0::<false>(x, &y[..4 * x.len()]),
