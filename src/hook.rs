@@ -40,11 +40,13 @@ const BLOCK_BYTES: usize = 18;
 
 impl Weights {
     /// The format of a ggml type, if the hook serves it with these kernels: Q1_0 only where our kernel beats
-    /// stock's (`Kernels::serves_q1_0_over_stock`).
+    /// stock's (`Kernels::serves_q1_0_over_stock`) or under `GGML_LOWBIT_SERVE_ALL=1`.
     fn of(type_: c_int, kernels: &Kernels) -> Option<Weights> {
         match type_ {
             GGML_TYPE_Q2_0 => Some(Weights::Q2_0),
-            GGML_TYPE_Q1_0 if kernels.serves_q1_0_over_stock() => Some(Weights::Q1_0),
+            GGML_TYPE_Q1_0 if kernels.serves_q1_0_over_stock() || config().serve_all => {
+                Some(Weights::Q1_0)
+            }
             _ => None,
         }
     }

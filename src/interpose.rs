@@ -61,6 +61,9 @@ pub struct Next {
 pub struct Config {
     pub mode: Mode,
     pub log: bool,
+    /// `GGML_LOWBIT_SERVE_ALL=1`: our kernels also for the symbols that otherwise pass to stock because ours are
+    /// no faster (testing and benchmarking our code in front of a stock library).
+    pub serve_all: bool,
     pub next: Next,
     pub kernels: Kernels,
 }
@@ -203,6 +206,7 @@ pub fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
         let log = env_choice("GGML_LOWBIT_LOG", parse_flag, "0, 1").unwrap_or(false);
+        let serve_all = env_choice("GGML_LOWBIT_SERVE_ALL", parse_flag, "0, 1").unwrap_or(false);
         let disable = env_choice("GGML_LOWBIT_DISABLE", parse_flag, "0, 1").unwrap_or(false);
         let verify = env_choice("GGML_LOWBIT_VERIFY", parse_verify, "0, 1, abort").flatten();
         let isa = env_choice("GGML_LOWBIT_ISA", Isa::parse, "scalar, avx2, avx512").unwrap_or(Isa::Avx512);
@@ -254,7 +258,13 @@ pub fn config() -> &'static Config {
                 if have_stock { "found" } else { "not found" }
             );
         }
-        Config { mode, log, next, kernels }
+        Config {
+            mode,
+            log,
+            serve_all,
+            next,
+            kernels,
+        }
     })
 }
 
@@ -867,7 +877,7 @@ pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
 unsafe fn vec_dot_to_stock(next: Option<VecDotFn>, to_stock: bool, a: VecDotArgs) -> bool {
     let c = config();
     match (c.mode, next) {
-        (Mode::Serve, Some(stock)) if to_stock => {
+        (Mode::Serve, Some(stock)) if to_stock && !c.serve_all => {
             count(&PASSED, c);
             // SAFETY: the shadowed symbol, called with the caller's own arguments.
             unsafe { stock(a.n, a.s, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc) };
@@ -889,7 +899,7 @@ unsafe fn dequantize_to_stock(
 ) -> bool {
     let c = config();
     match (c.mode, next) {
-        (Mode::Serve, Some(stock)) => {
+        (Mode::Serve, Some(stock)) if !c.serve_all => {
             count(&PASSED, c);
             // SAFETY: the shadowed symbol, called with the caller's own arguments.
             unsafe { stock(vx, y, k) };

@@ -23,6 +23,10 @@ fn run_bits(isa: &str, cases: &str) {
             "ggml_vec_dot_q2_0_q8_0",
             "quantize_row_q8_0",
             "dequantize_row_q2_0",
+            "ggml_vec_dot_q1_0_q8_0",
+            "dequantize_row_q1_0",
+            "ggml_vec_dot_tq2_0_q8_K",
+            "dequantize_row_tq2_0",
         ] {
             assert!(
                 stdout

@@ -274,6 +274,9 @@ fn load_ours(lib: &Path, order: FloatOrder, scratch: &Path) -> Result<libloading
     let copy = scratch.join(format!("libggml_lowbit-{}.so", order.name()));
     std::fs::copy(lib, &copy).map_err(|e| format!("cannot copy {}: {e}", lib.display()))?;
     std::env::set_var("GGML_LOWBIT_MATCH", order.name());
+    // Our kernels for every symbol, also those the library passes to stock when serving in front of it: the
+    // comparisons are about our code.
+    std::env::set_var("GGML_LOWBIT_SERVE_ALL", "1");
     // SAFETY: loading our own library runs no initialisers with preconditions.
     let l = unsafe { libloading::Library::new(&copy) }
         .map_err(|e| format!("cannot load {}: {e}", copy.display()))?;
@@ -286,6 +289,7 @@ fn load_ours(lib: &Path, order: FloatOrder, scratch: &Path) -> Result<libloading
         std::ffi::CStr::from_ptr(f()).to_string_lossy().into_owned()
     };
     std::env::remove_var("GGML_LOWBIT_MATCH");
+    std::env::remove_var("GGML_LOWBIT_SERVE_ALL");
     if chosen != order.name() {
         return Err(format!(
             "{} chose float order {chosen}, expected {}",
