@@ -667,18 +667,32 @@ impl VecDotArgs {
     }
 }
 
-/// Serves one vec_dot call: `ours` computes the value; `next` is the shadowed stock symbol, if any.
+/// The mode one call is served in: `Serve` becomes `Disable` (pass to stock) for a symbol whose stock
+/// implementation is at least as fast as ours (`stock_first`: Q1_0 without AVX-512 in the haswell order, TQ2_0,
+/// the Q1_0 and TQ2_0 dequantizers; `q1_0.md`, `tq2_0.md`), unless `GGML_LOWBIT_SERVE_ALL=1`. Verify still
+/// compares ours with stock; without a stock symbol ours computes.
+fn call_mode(c: &Config, stock_first: bool) -> Mode {
+    if stock_first && !c.serve_all && c.mode == Mode::Serve {
+        Mode::Disable
+    } else {
+        c.mode
+    }
+}
+
+/// Serves one vec_dot call: `ours` computes the value; `next` is the shadowed stock symbol, if any;
+/// `stock_first` as in `call_mode`.
 ///
 /// # Safety
 /// ggml's contract for the symbol: `args.s` is writable and the rows hold what `ours` and the stock symbol read.
 unsafe fn serve_vec_dot(
     symbol: &str,
     next: Option<VecDotFn>,
+    stock_first: bool,
     a: VecDotArgs,
     ours: impl FnOnce() -> f32,
 ) {
     let c = config();
-    match (c.mode, next) {
+    match (call_mode(c, stock_first), next) {
         (Mode::Serve, _) | (_, None) => {
             count(&SERVED, c);
             // SAFETY: `s` is writable by ggml's contract.
@@ -703,13 +717,15 @@ unsafe fn serve_vec_dot(
     }
 }
 
-/// Serves one dequantize call of `values` floats (whole blocks): `ours` fills the output.
+/// Serves one dequantize call of `values` floats (whole blocks): `ours` fills the output; `stock_first` as in
+/// `call_mode`.
 ///
 /// # Safety
 /// ggml's contract: `y` has room for `k` floats and `vx` holds the blocks both implementations read.
 unsafe fn serve_dequantize(
     symbol: &str,
     next: Option<DequantizeRowFn>,
+    stock_first: bool,
     (vx, y, k): (*const c_void, *mut f32, i64),
     values: usize,
     ours: impl Fn(&mut [f32]),
@@ -723,7 +739,7 @@ unsafe fn serve_dequantize(
             unsafe { std::slice::from_raw_parts_mut(y, values) }
         }
     };
-    match (c.mode, next) {
+    match (call_mode(c, stock_first), next) {
         (Mode::Serve, _) | (_, None) => {
             count(&SERVED, c);
             ours(out());
@@ -796,7 +812,7 @@ pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
 }
 
 /// Serves a `ggml_vec_dot_*_q8_0` call for a format of `B` blocks of `qk` weights (`qk / 32` q8_0 blocks each):
-/// `n/qk` whole blocks, as C's integer division.
+/// `n/qk` whole blocks, as C's integer division; `stock_first` as in `call_mode`.
 ///
 /// # Safety
 /// ggml's (or the fork's) contract for the symbol: `vx` holds `n/qk` blocks, `vy` `n/32`, `s` is writable.
@@ -804,6 +820,7 @@ pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
 unsafe fn vec_dot_rows<B: RawBlock>(
     symbol: &str,
     next: impl Fn(&Next) -> Option<VecDotFn>,
+    stock_first: bool,
     qk: usize,
     kernel: impl Fn(&Kernels, &[B], &[BlockQ8_0]) -> f32,
     a: VecDotArgs,
@@ -813,10 +830,10 @@ unsafe fn vec_dot_rows<B: RawBlock>(
     // SAFETY: the caller's contract: `vx` holds `nb` blocks and `vy` `nb·qk/32`.
     let ours = || unsafe { kernel(&c.kernels, view(a.vx, nb), view(a.vy, nb * qk / 32)) };
     // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
-    unsafe { serve_vec_dot(symbol, next(&c.next), a, ours) }
+    unsafe { serve_vec_dot(symbol, next(&c.next), stock_first, a, ours) }
 }
 
-/// Serves a `dequantize_row_*` call for a format of `B` blocks of `qk` weights.
+/// Serves a `dequantize_row_*` call for a format of `B` blocks of `qk` weights; `stock_first` as in `call_mode`.
 ///
 /// # Safety
 /// ggml's (or the fork's) contract for the symbol: `vx` holds `k/qk` blocks, `y` has room for `k` floats.
@@ -824,6 +841,7 @@ unsafe fn vec_dot_rows<B: RawBlock>(
 unsafe fn dequantize_rows<B: RawBlock>(
     symbol: &str,
     next: impl Fn(&Next) -> Option<DequantizeRowFn>,
+    stock_first: bool,
     qk: usize,
     kernel: impl Fn(&Kernels, &[B], &mut [f32]),
     (vx, y, k): (*const c_void, *mut f32, i64),
@@ -833,9 +851,14 @@ unsafe fn dequantize_rows<B: RawBlock>(
     // SAFETY: the caller's contract: `vx` holds `nb` blocks, `y` has room for `k` floats.
     unsafe {
         let x: &[B] = view(vx, nb);
-        serve_dequantize(symbol, next(&c.next), (vx, y, k), nb * qk, |out| {
-            kernel(&c.kernels, x, out)
-        })
+        serve_dequantize(
+            symbol,
+            next(&c.next),
+            stock_first,
+            (vx, y, k),
+            nb * qk,
+            |out| kernel(&c.kernels, x, out),
+        )
     }
 }
 
@@ -847,6 +870,7 @@ pub unsafe fn vec_dot_q2_0_q8_0(a: VecDotArgs) {
         vec_dot_rows::<BlockQ2_0>(
             "ggml_vec_dot_q2_0_q8_0",
             |n| n.vec_dot_q2_0_q8_0,
+            false,
             64,
             Kernels::vec_dot_q2_0_q8_0,
             a,
@@ -862,6 +886,7 @@ pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
         dequantize_rows::<BlockQ2_0>(
             "dequantize_row_q2_0",
             |n| n.dequantize_row_q2_0,
+            false,
             64,
             Kernels::dequantize_row_q2_0,
             (vx, y, k),
@@ -869,60 +894,16 @@ pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
     }
 }
 
-/// Passes a vec_dot call to stock when serving in front of a stock ggml and `to_stock` says our kernel for it is
-/// no faster than stock's; `true` when it did. Verify and disable behave as for every symbol.
-///
-/// # Safety
-/// ggml's contract for the vec_dot symbol.
-unsafe fn vec_dot_to_stock(next: Option<VecDotFn>, to_stock: bool, a: VecDotArgs) -> bool {
-    let c = config();
-    match (c.mode, next) {
-        (Mode::Serve, Some(stock)) if to_stock && !c.serve_all => {
-            count(&PASSED, c);
-            // SAFETY: the shadowed symbol, called with the caller's own arguments.
-            unsafe { stock(a.n, a.s, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc) };
-            true
-        }
-        _ => false,
-    }
-}
-
-/// Passes a dequantize call to stock when serving in front of a stock ggml and our implementation of that format
-/// is no faster than stock's (Q1_0's and TQ2_0's are the scalar models: `docs/q1_0.md`, `docs/tq2_0.md`). `true`
-/// when it did; verify and disable behave as for every symbol.
-///
-/// # Safety
-/// ggml's contract for the dequantize symbol.
-unsafe fn dequantize_to_stock(
-    next: Option<DequantizeRowFn>,
-    (vx, y, k): (*const c_void, *mut f32, i64),
-) -> bool {
-    let c = config();
-    match (c.mode, next) {
-        (Mode::Serve, Some(stock)) if !c.serve_all => {
-            count(&PASSED, c);
-            // SAFETY: the shadowed symbol, called with the caller's own arguments.
-            unsafe { stock(vx, y, k) };
-            true
-        }
-        _ => false,
-    }
-}
-
 /// # Safety
 /// ggml's contract for `ggml_vec_dot_q1_0_q8_0`.
 pub unsafe fn vec_dot_q1_0_q8_0(a: VecDotArgs) {
-    let c = config();
-    let to_stock = !c.kernels.serves_q1_0_over_stock();
-    // SAFETY: passed on.
-    if unsafe { vec_dot_to_stock(c.next.vec_dot_q1_0_q8_0, to_stock, a) } {
-        return;
-    }
+    let stock_first = !config().kernels.serves_q1_0_over_stock();
     // SAFETY: passed on.
     unsafe {
         vec_dot_rows::<BlockQ1_0>(
             "ggml_vec_dot_q1_0_q8_0",
             |n| n.vec_dot_q1_0_q8_0,
+            stock_first,
             128,
             Kernels::vec_dot_q1_0_q8_0,
             a,
@@ -933,15 +914,12 @@ pub unsafe fn vec_dot_q1_0_q8_0(a: VecDotArgs) {
 /// # Safety
 /// ggml's contract for `dequantize_row_q1_0`.
 pub unsafe fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: i64) {
-    // SAFETY: passed on.
-    if unsafe { dequantize_to_stock(config().next.dequantize_row_q1_0, (vx, y, k)) } {
-        return;
-    }
-    // SAFETY: passed on.
+    // SAFETY: passed on; ours (the scalar model) is no faster than stock's.
     unsafe {
         dequantize_rows::<BlockQ1_0>(
             "dequantize_row_q1_0",
             |n| n.dequantize_row_q1_0,
+            true,
             128,
             Kernels::dequantize_row_q1_0,
             (vx, y, k),
@@ -953,12 +931,6 @@ pub unsafe fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: i64) {
 /// ggml's contract for `ggml_vec_dot_tq2_0_q8_K`.
 pub unsafe fn vec_dot_tq2_0_q8_k(a: VecDotArgs) {
     let c = config();
-    // No kernel of ours beats stock's TQ2_0 (`docs/tq2_0.md`): with a stock symbol behind, serving passes to it;
-    // verify still compares ours with it, and without a stock ggml ours computes.
-    // SAFETY: passed on.
-    if unsafe { vec_dot_to_stock(c.next.vec_dot_tq2_0_q8_k, true, a) } {
-        return;
-    }
     let nb = whole_blocks(a.n as i64, 256);
     // SAFETY: ggml's contract: `vx` holds `n/256` TQ2_0 blocks and `vy` as many q8_K blocks.
     let ours = || unsafe {
@@ -967,9 +939,11 @@ pub unsafe fn vec_dot_tq2_0_q8_k(a: VecDotArgs) {
     };
     // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
     unsafe {
+        // No kernel of ours beats stock's TQ2_0 (`docs/tq2_0.md`): stock first.
         serve_vec_dot(
             "ggml_vec_dot_tq2_0_q8_K",
             c.next.vec_dot_tq2_0_q8_k,
+            true,
             a,
             ours,
         )
@@ -979,15 +953,12 @@ pub unsafe fn vec_dot_tq2_0_q8_k(a: VecDotArgs) {
 /// # Safety
 /// ggml's contract for `dequantize_row_tq2_0`.
 pub unsafe fn dequantize_row_tq2_0(vx: *const c_void, y: *mut f32, k: i64) {
-    // SAFETY: passed on.
-    if unsafe { dequantize_to_stock(config().next.dequantize_row_tq2_0, (vx, y, k)) } {
-        return;
-    }
-    // SAFETY: passed on.
+    // SAFETY: passed on; ours (the scalar model) is no faster than stock's.
     unsafe {
         dequantize_rows::<BlockTQ2_0>(
             "dequantize_row_tq2_0",
             |n| n.dequantize_row_tq2_0,
+            true,
             256,
             Kernels::dequantize_row_tq2_0,
             (vx, y, k),
@@ -1003,6 +974,7 @@ pub unsafe fn vec_dot_pq2_0_q8_0(a: VecDotArgs) {
         vec_dot_rows::<BlockPQ2_0>(
             "ggml_vec_dot_pq2_0_q8_0",
             |n| n.vec_dot_pq2_0_q8_0,
+            false,
             128,
             Kernels::vec_dot_pq2_0_q8_0,
             a,
@@ -1018,6 +990,7 @@ pub unsafe fn dequantize_row_pq2_0(vx: *const c_void, y: *mut f32, k: i64) {
         dequantize_rows::<BlockPQ2_0>(
             "dequantize_row_pq2_0",
             |n| n.dequantize_row_pq2_0,
+            false,
             128,
             Kernels::dequantize_row_pq2_0,
             (vx, y, k),
@@ -1033,6 +1006,7 @@ pub unsafe fn vec_dot_ptq1_0_q8_0(a: VecDotArgs) {
         vec_dot_rows::<BlockPTQ1_0>(
             "ggml_vec_dot_ptq1_0_q8_0",
             |n| n.vec_dot_ptq1_0_q8_0,
+            false,
             128,
             Kernels::vec_dot_ptq1_0_q8_0,
             a,
@@ -1048,6 +1022,7 @@ pub unsafe fn dequantize_row_ptq1_0(vx: *const c_void, y: *mut f32, k: i64) {
         dequantize_rows::<BlockPTQ1_0>(
             "dequantize_row_ptq1_0",
             |n| n.dequantize_row_ptq1_0,
+            false,
             128,
             Kernels::dequantize_row_ptq1_0,
             (vx, y, k),

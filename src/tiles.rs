@@ -184,19 +184,13 @@ pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
         );
     };
     PREPARED.with_borrow_mut(|prepared| {
-        let mut c0 = 0;
-        while c0 < y.rows() {
-            let c1 = (c0 + chunk).min(y.rows());
-            if prepared.len() < c1 - c0 {
-                prepared.resize_with(c1 - c0, Vec::new);
-            }
-            for c in c0..c1 {
-                // SAFETY: the caller vouches for the CPU.
-                unsafe { prepare(&y.row(c)[..2 * done], &mut prepared[c - c0]) };
-            }
-            let q = x.rows() / TILE_ROWS;
-            for t in 0..q {
-                let rows: [usize; TILE_ROWS] = std::array::from_fn(|i| t + i * q);
+        let prepare = |c: usize, out: &mut Vec<Q2ColumnBatch>| {
+            // SAFETY: the caller vouches for the CPU.
+            unsafe { prepare(&y.row(c)[..2 * done], out) }
+        };
+        for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
+            let (tail, steps) = tile_steps(x.rows());
+            for rows in steps {
                 let ptrs = rows.map(|r| x.row(r).as_ptr() as *const u8);
                 let mut c = c0;
                 // Column pairs where the instruction set has a two-column kernel, then single columns.
@@ -221,7 +215,7 @@ pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
                     }
                 }
             }
-            for r in TILE_ROWS * q..x.rows() {
+            for r in tail..x.rows() {
                 for c in c0..c1 {
                     // SAFETY: as above.
                     let sums =
@@ -229,9 +223,32 @@ pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
                     finish(emit, r, c, sums[0]);
                 }
             }
-            c0 = c1;
-        }
+        });
     });
+}
+
+/// The column loop both drivers share: columns in chunks of `chunk` (about `PREPARED_BYTES` once prepared, so
+/// they stay in L2 while the rows pass); each chunk `c0..c1` is prepared into `prepared[..c1 − c0]` (column `c`
+/// at `c − c0`, the buffers reused across calls), then `body(c0, c1, prepared)` runs the rows against it.
+fn for_each_column_chunk<P>(
+    prepared: &mut Vec<Vec<P>>,
+    cols: usize,
+    chunk: usize,
+    mut prepare: impl FnMut(usize, &mut Vec<P>),
+    mut body: impl FnMut(usize, usize, &[Vec<P>]),
+) {
+    let mut c0 = 0;
+    while c0 < cols {
+        let c1 = (c0 + chunk).min(cols);
+        if prepared.len() < c1 - c0 {
+            prepared.resize_with(c1 - c0, Vec::new);
+        }
+        for c in c0..c1 {
+            prepare(c, &mut prepared[c - c0]);
+        }
+        body(c0, c1, &prepared[..c1 - c0]);
+        c0 = c1;
+    }
 }
 
 /// One Q1_0 block's share (four q8_0 blocks) of an activation column prepared for the haswell-order tile kernel.
@@ -276,8 +293,8 @@ pub(crate) fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnBlock>) {
 pub(crate) type Q1TileRows<const R: usize, const C: usize> =
     unsafe fn([*const u8; R], [&[Q1ColumnBlock]; C]) -> [[[f32; 8]; R]; C];
 
-/// Rows `t, t + q, t + 2q, t + 3q` for each tile step `t` (`q = rows / 4`), then the tail rows one by one: the
-/// row order both drivers use (see `mul_mat_q2_0_tiles`).
+/// Rows `t, t + q, t + 2q, t + 3q` for each tile step `t` (`q = rows / 4`), and where the tail rows (run one by
+/// one) start: the row order both drivers use (see `mul_mat_q2_0_tiles`).
 fn tile_steps(rows: usize) -> (usize, impl Iterator<Item = [usize; TILE_ROWS]>) {
     let q = rows / TILE_ROWS;
     (
@@ -308,15 +325,9 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
     let column_bytes = std::mem::size_of::<Q1ColumnBlock>() * nb.max(1);
     let chunk = (PREPARED_BYTES / column_bytes).max(1);
     PREPARED.with_borrow_mut(|prepared| {
-        let mut c0 = 0;
-        while c0 < y.rows() {
-            let c1 = (c0 + chunk).min(y.rows());
-            if prepared.len() < c1 - c0 {
-                prepared.resize_with(c1 - c0, Vec::new);
-            }
-            for c in c0..c1 {
-                q1_prepare_column(&y.row(c)[..4 * nb], &mut prepared[c - c0]);
-            }
+        let prepare =
+            |c: usize, out: &mut Vec<Q1ColumnBlock>| q1_prepare_column(&y.row(c)[..4 * nb], out);
+        for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
             let (tail, steps) = tile_steps(x.rows());
             for rows in steps {
                 let ptrs = rows.map(|r| x.row(r).as_ptr() as *const u8);
@@ -350,7 +361,6 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
                     emit(r, c, q1_0::hsum_float_8(lanes));
                 }
             }
-            c0 = c1;
-        }
+        });
     });
 }

@@ -34,6 +34,7 @@ fn run_preloaded(order: FloatOrder, env: &[(&str, &str)]) -> (Output, String) {
         "GGML_LOWBIT_LOG",
         "GGML_LOWBIT_VERIFY",
         "GGML_LOWBIT_DISABLE",
+        "GGML_LOWBIT_SERVE_ALL",
     ] {
         cmd.env_remove(var);
     }
@@ -201,25 +202,11 @@ fn a_stock_q1_0_in_an_unmodelled_order_sends_every_call_to_stock() {
         .status()
         .expect("run the C compiler");
     assert!(status.success(), "cannot build the fake Q1_0 library");
-    let stock = ggml_lowbit::stock::ensure_built(FloatOrder::Haswell).expect("stock build");
-    let out = Command::new(stock.join("test-quantize-fns"))
-        .current_dir(&stock)
-        .env(
-            "LD_PRELOAD",
-            format!("{}:{}", library().display(), fake.display()),
-        )
-        .env("GGML_LOWBIT_LOG", "1")
-        .env_remove("GGML_LOWBIT_MATCH")
-        .env_remove("GGML_LOWBIT_VERIFY")
-        .env_remove("GGML_LOWBIT_DISABLE")
-        .output()
-        .expect("run test-quantize-fns");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let preload = format!("{}:{}", library().display(), fake.display());
+    let (_, text) = run_preloaded(
+        FloatOrder::Haswell,
+        &[("LD_PRELOAD", &preload), ("GGML_LOWBIT_LOG", "1")],
     );
-    println!("{text}");
     assert!(
         text.contains("reproduces neither modelled float order (ggml_vec_dot_q1_0_q8_0 gave"),
         "{text}"

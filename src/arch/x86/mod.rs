@@ -332,16 +332,17 @@ mod tests {
         })
     }
 
-    /// The shared loop of the 128-weight formats' tests (Q1_0 and the fork's): 200,000 rows of 1..12 blocks (every tail of the 2- and 4-block
-    /// batches) per float order and SIMD instruction set, `block(rng, case, b)` making block `b` of row `case`,
-    /// against four q8_0 blocks per block (all −128 in every seventh row) with `test_scale` scales. The kernel
-    /// must give the model's bits; two NaNs count as equal and are counted.
-    fn fork_kernels_match_the_models<B>(
+    /// The shared loop of the formats' kernel tests: 200,000 rows of 1..12 blocks (every tail of the 2- and 4-block
+    /// batches) per float order and SIMD instruction set, `block(rng, case, b)` making block `b` of row `case` and
+    /// `activations(rng, case, nb)` the activation blocks of a row of `nb` blocks. The kernel must give the
+    /// model's bits; two NaNs count as equal and are counted.
+    fn kernels_match_the_models<B, A>(
         name: &str,
         seed: u64,
         block: impl Fn(&mut SmallRng, usize, usize) -> B,
-        model: fn(FloatOrder, &[B], &[BlockQ8_0]) -> f32,
-        kernel: fn(&Kernels, &[B], &[BlockQ8_0]) -> f32,
+        activations: impl Fn(&mut SmallRng, usize, usize) -> Vec<A>,
+        model: fn(FloatOrder, &[B], &[A]) -> f32,
+        kernel: fn(&Kernels, &[B], &[A]) -> f32,
     ) {
         let mut rng = SmallRng::seed_from_u64(seed);
         for order in FloatOrder::ALL {
@@ -350,18 +351,7 @@ mod tests {
                 for case in 0..200_000usize {
                     let nb = 1 + case % 12;
                     let x: Vec<B> = (0..nb).map(|b| block(&mut rng, case, b)).collect();
-                    let y: Vec<BlockQ8_0> = (0..4 * nb)
-                        .map(|_| {
-                            let mut qs = [-128i8; 32];
-                            if case % 7 != 0 {
-                                rng.fill(&mut qs[..]);
-                            }
-                            BlockQ8_0 {
-                                d: test_scale(&mut rng),
-                                qs,
-                            }
-                        })
-                        .collect();
+                    let y = activations(&mut rng, case, nb);
                     let (want, got) = (model(order, &x, &y), kernel(&k, &x, &y));
                     assert!(
                         same(got, want),
@@ -382,6 +372,23 @@ mod tests {
         }
     }
 
+    /// The 128-weight formats' activations: four q8_0 blocks per block, all −128 in every seventh row, with
+    /// `test_scale` scales.
+    fn q8_0_activations(rng: &mut SmallRng, case: usize, nb: usize) -> Vec<BlockQ8_0> {
+        (0..4 * nb)
+            .map(|_| {
+                let mut qs = [-128i8; 32];
+                if !case.is_multiple_of(7) {
+                    rng.fill(&mut qs[..]);
+                }
+                BlockQ8_0 {
+                    d: test_scale(rng),
+                    qs,
+                }
+            })
+            .collect()
+    }
+
     /// Q1_0, both stock orders (the haswell build's eight lanes, the x64 build's chain): every byte value in
     /// every one of the 16 bit positions, all-clear rows (every weight negative, so q8 = −128 meets a cleared
     /// bit: −128 in the haswell order, +128 in the x64 one), all-set rows, random bits. The stock libraries
@@ -389,7 +396,7 @@ mod tests {
     #[test]
     fn q1_0_kernels_match_the_models() {
         use crate::formats::q1_0::{vec_dot_q1_0_q8_0_model, BlockQ1_0};
-        fork_kernels_match_the_models(
+        kernels_match_the_models(
             "q1_0",
             7,
             |rng, case, b| BlockQ1_0 {
@@ -401,6 +408,7 @@ mod tests {
                     _ => rng.gen(),
                 }),
             },
+            q8_0_activations,
             vec_dot_q1_0_q8_0_model,
             Kernels::vec_dot_q1_0_q8_0,
         );
@@ -414,77 +422,56 @@ mod tests {
     fn tq2_0_kernels_match_the_models() {
         use crate::formats::q8_k::BlockQ8K;
         use crate::formats::tq2_0::{vec_dot_tq2_0_q8_k_model, BlockTQ2_0};
-        let mut rng = SmallRng::seed_from_u64(8);
-        let f32_specials = [
-            0.0f32,
-            -0.0,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
-            f32::NAN,
-            1e-40,
-            3.0e38,
-        ];
-        for order in FloatOrder::ALL {
-            for k in simd_kernels(order) {
-                let mut nan_pairs = 0;
-                for case in 0..200_000usize {
-                    let nb = 1 + case % 12;
-                    let x: Vec<BlockTQ2_0> = (0..nb)
-                        .map(|b| BlockTQ2_0 {
-                            qs: std::array::from_fn(|j| match case % 4 {
-                                0 => ((case / 4 + 7 * b + 31 * j) % 256) as u8,
-                                1 => 0xff,
-                                _ => rng.gen(),
-                            }),
-                            d: test_scale(&mut rng),
-                        })
-                        .collect();
-                    let y: Vec<BlockQ8K> = (0..nb)
-                        .map(|_| {
-                            let mut blk = BlockQ8K::default();
-                            match case % 7 {
-                                0 => blk.qs = [-128; 256],
-                                1 => blk.qs = [127; 256],
-                                _ => rng.fill(&mut blk.qs[..]),
-                            }
-                            for m in 0..16 {
-                                let v = if case % 5 == 3 {
-                                    [i16::MIN, i16::MAX, rng.gen()][rng.gen_range(0..3)]
-                                } else {
-                                    blk.qs[16 * m..16 * m + 16].iter().map(|&q| q as i16).sum()
-                                };
-                                blk.set_bsum(m, v);
-                            }
-                            let d = if rng.gen_ratio(1, 40) {
-                                f32_specials[rng.gen_range(0..f32_specials.len())]
+        kernels_match_the_models(
+            "tq2_0",
+            8,
+            |rng, case, b| BlockTQ2_0 {
+                qs: std::array::from_fn(|j| match case % 4 {
+                    0 => ((case / 4 + 7 * b + 31 * j) % 256) as u8,
+                    1 => 0xff,
+                    _ => rng.gen(),
+                }),
+                d: test_scale(rng),
+            },
+            |rng, case, nb| {
+                let f32_specials = [
+                    0.0f32,
+                    -0.0,
+                    f32::INFINITY,
+                    f32::NEG_INFINITY,
+                    f32::NAN,
+                    1e-40,
+                    3.0e38,
+                ];
+                (0..nb)
+                    .map(|_| {
+                        let mut blk = BlockQ8K::default();
+                        match case % 7 {
+                            0 => blk.qs = [-128; 256],
+                            1 => blk.qs = [127; 256],
+                            _ => rng.fill(&mut blk.qs[..]),
+                        }
+                        for m in 0..16 {
+                            let v = if case % 5 == 3 {
+                                [i16::MIN, i16::MAX, rng.gen()][rng.gen_range(0..3)]
                             } else {
-                                rng.gen_range(0.0001f32..0.05)
+                                blk.qs[16 * m..16 * m + 16].iter().map(|&q| q as i16).sum()
                             };
-                            blk.d = d.to_le_bytes();
-                            blk
-                        })
-                        .collect();
-                    let (want, got) = (
-                        vec_dot_tq2_0_q8_k_model(order, &x, &y),
-                        k.vec_dot_tq2_0_q8_k(&x, &y),
-                    );
-                    assert!(
-                        same(got, want),
-                        "{:?} {} case {case}: {got} vs {want}",
-                        k.isa,
-                        order.name()
-                    );
-                    if got.to_bits() != want.to_bits() {
-                        nan_pairs += 1;
-                    }
-                }
-                eprintln!(
-                    "tq2_0 {:?} {}: 200000 cases, {nan_pairs} NaN pairs",
-                    k.isa,
-                    order.name()
-                );
-            }
-        }
+                            blk.set_bsum(m, v);
+                        }
+                        let d = if rng.gen_ratio(1, 40) {
+                            f32_specials[rng.gen_range(0..f32_specials.len())]
+                        } else {
+                            rng.gen_range(0.0001f32..0.05)
+                        };
+                        blk.d = d.to_le_bytes();
+                        blk
+                    })
+                    .collect()
+            },
+            vec_dot_tq2_0_q8_k_model,
+            Kernels::vec_dot_tq2_0_q8_k,
+        );
     }
 
     /// PQ2_0 (no stock build to compare with: the fork is not available): the SIMD kernels against the scalar
@@ -492,7 +479,7 @@ mod tests {
     #[test]
     fn pq2_0_kernels_match_the_models() {
         use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_model, BlockPQ2_0};
-        fork_kernels_match_the_models(
+        kernels_match_the_models(
             "pq2_0",
             5,
             |rng, case, b| BlockPQ2_0 {
@@ -503,6 +490,7 @@ mod tests {
                     _ => rng.gen(),
                 }),
             },
+            q8_0_activations,
             vec_dot_pq2_0_q8_0_model,
             Kernels::vec_dot_pq2_0_q8_0,
         );
@@ -514,7 +502,7 @@ mod tests {
     #[test]
     fn ptq1_0_kernels_match_the_models() {
         use crate::formats::ptq1_0::{vec_dot_ptq1_0_q8_0_model, BlockPTQ1_0};
-        fork_kernels_match_the_models(
+        kernels_match_the_models(
             "ptq1_0",
             6,
             |rng, case, _| {
@@ -532,6 +520,7 @@ mod tests {
                     d: test_scale(rng),
                 }
             },
+            q8_0_activations,
             vec_dot_ptq1_0_q8_0_model,
             Kernels::vec_dot_ptq1_0_q8_0,
         );
