@@ -14,6 +14,8 @@
 
 #define Q8_K_BYTES 292
 
+#define IQ2_S_BYTES 82
+
 #define QK_PQ2_0 128
 
 #define QK_PTQ1_0 128
@@ -39,6 +41,8 @@
 #define GGML_TYPE_Q2_0 42
 
 #define GGML_TYPE_TQ2_0 35
+
+#define GGML_TYPE_IQ2_S 22
 
 #define GGML_TYPE_PQ2_0 142
 
@@ -124,6 +128,38 @@ void ggml_vec_dot_tq2_0_q8_K(int n,
  As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
  */
 void dequantize_row_tq2_0(const void *vx, float *y, int64_t k);
+
+/*
+ Quantizes `k` floats (whole blocks of 256; a tail is ignored) into q8_K blocks (`vy`), as ggml's
+ `quantize_row_q8_K`.
+
+ # Safety
+ As ggml's: `x` holds `k` floats, `vy` has room for `k/256` blocks.
+ */
+void quantize_row_q8_K(const float *x, void *vy, int64_t k);
+
+/*
+ `*s = Σ` of one IQ2_S row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+
+ # Safety
+ As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+ */
+void ggml_vec_dot_iq2_s_q8_K(int n,
+                             float *s,
+                             size_t bs,
+                             const void *vx,
+                             size_t bx,
+                             const void *vy,
+                             size_t by,
+                             int nrc);
+
+/*
+ Dequantizes `k` weights (whole blocks of 256) of an IQ2_S row.
+
+ # Safety
+ As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+ */
+void dequantize_row_iq2_s(const void *vx, float *y, int64_t k);
 
 /*
  PrismML fork: `*s = Σ` of one PQ2_0 row (`vx`, `n/128` blocks) against one q8_0 row (`vy`, `n/32` blocks).
@@ -260,6 +296,29 @@ void ggml_lowbit_vec_dot_q1_0_q8_0(int n,
  As `quantize_row_q8_0`.
  */
 void ggml_lowbit_quantize_row_q8_0(const float *x, void *vy, int64_t k);
+
+/*
+ `ggml_vec_dot_iq2_s_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+
+ # Safety
+ As `ggml_vec_dot_iq2_s_q8_K`.
+ */
+void ggml_lowbit_vec_dot_iq2_s_q8_K(int n,
+                                    float *s,
+                                    size_t bs,
+                                    const void *vx,
+                                    size_t bx,
+                                    const void *vy,
+                                    size_t by,
+                                    int nrc);
+
+/*
+ `quantize_row_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+
+ # Safety
+ As `quantize_row_q8_K`.
+ */
+void ggml_lowbit_quantize_row_q8_K(const float *x, void *vy, int64_t k);
 
 /*
  ggml-cpu's hook at the start of every MUL_MAT (`hook.rs`): takes over Q2_0 products with the tile kernels

@@ -11,12 +11,18 @@
 
 use std::sync::OnceLock;
 
+use crate::formats::iq::{self, IqBlock};
+use crate::formats::iq2_s::BlockIQ2S;
+use crate::formats::iq2_xs::BlockIQ2XS;
+use crate::formats::iq2_xxs::BlockIQ2XXS;
+use crate::formats::iq3_s::BlockIQ3S;
+use crate::formats::iq3_xxs::BlockIQ3XXS;
 use crate::formats::pq2_0::{self, BlockPQ2_0};
 use crate::formats::ptq1_0::{self, BlockPTQ1_0};
 use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{self, BlockQ2_0};
 use crate::formats::q8_0::{self, BlockQ8_0};
-use crate::formats::q8_k::BlockQ8K;
+use crate::formats::q8_k::{self, BlockQ8K};
 use crate::formats::tq2_0::{self, BlockTQ2_0};
 use crate::tiles::{mul_mat_by_pairs, Emit, Rows};
 use crate::FloatOrder;
@@ -97,6 +103,55 @@ pub struct Kernels {
     vec_dot_q1_0_q8_0: unsafe fn(&[BlockQ1_0], &[BlockQ8_0]) -> f32,
     mul_mat_q1_0_q8_0: unsafe fn(Rows<'_, BlockQ1_0>, Rows<'_, BlockQ8_0>, Emit<'_>),
     vec_dot_tq2_0_q8_k: unsafe fn(&[BlockTQ2_0], &[BlockQ8K]) -> f32,
+    vec_dot_iq2_xxs_q8_k: IqDot<BlockIQ2XXS>,
+    vec_dot_iq2_xs_q8_k: IqDot<BlockIQ2XS>,
+    vec_dot_iq2_s_q8_k: IqDot<BlockIQ2S>,
+    vec_dot_iq3_xxs_q8_k: IqDot<BlockIQ3XXS>,
+    vec_dot_iq3_s_q8_k: IqDot<BlockIQ3S>,
+    quantize_row_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
+}
+
+/// One IQ format's vec_dot entry in a `Kernels` table.
+type IqDot<B> = unsafe fn(&[B], &[BlockQ8K]) -> f32;
+
+/// The IQ block types, each with its entry in a `Kernels` table.
+pub trait IqFormat: IqBlock + crate::arch::x86::avx512::IqDecode {
+    fn entry(k: &Kernels) -> IqDot<Self>;
+}
+
+macro_rules! iq_format {
+    ($block:ty, $field:ident) => {
+        impl IqFormat for $block {
+            fn entry(k: &Kernels) -> IqDot<Self> {
+                k.$field
+            }
+        }
+    };
+}
+iq_format!(BlockIQ2XXS, vec_dot_iq2_xxs_q8_k);
+iq_format!(BlockIQ2XS, vec_dot_iq2_xs_q8_k);
+iq_format!(BlockIQ2S, vec_dot_iq2_s_q8_k);
+iq_format!(BlockIQ3XXS, vec_dot_iq3_xxs_q8_k);
+iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k);
+
+/// The AVX-512 IQ kernel of the order `haswell` says.
+#[cfg(target_arch = "x86_64")]
+fn avx512_iq<B: IqFormat>(haswell: bool) -> IqDot<B> {
+    use crate::arch::x86::avx512;
+    if haswell {
+        avx512::vec_dot_iq_q8_k::<B, true>
+    } else {
+        avx512::vec_dot_iq_q8_k::<B, false>
+    }
+}
+
+/// The scalar IQ model of the order `haswell` says.
+fn iq_model<B: IqBlock>(haswell: bool) -> IqDot<B> {
+    if haswell {
+        iq::vec_dot_iq_q8_k_haswell_model::<B>
+    } else {
+        iq::vec_dot_iq_q8_k_x64_model::<B>
+    }
 }
 
 impl Kernels {
@@ -153,6 +208,12 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_tq2_0_q8_k::<false>
                         },
+                        vec_dot_iq2_xxs_q8_k: avx512_iq(haswell),
+                        vec_dot_iq2_xs_q8_k: avx512_iq(haswell),
+                        vec_dot_iq2_s_q8_k: avx512_iq(haswell),
+                        vec_dot_iq3_xxs_q8_k: avx512_iq(haswell),
+                        vec_dot_iq3_s_q8_k: avx512_iq(haswell),
+                        quantize_row_q8_k: avx512::quantize_row_q8_k,
                     }
                 }
                 Isa::Avx2 => {
@@ -201,6 +262,14 @@ impl Kernels {
                         } else {
                             tq2_0::vec_dot_tq2_0_q8_k_x64_model
                         },
+                        // No AVX2 IQ kernels: stock's haswell kernels are AVX2 already; the library passes the
+                        // IQ formats to stock without AVX-512 (`serves_iq_over_stock`).
+                        vec_dot_iq2_xxs_q8_k: iq_model(haswell),
+                        vec_dot_iq2_xs_q8_k: iq_model(haswell),
+                        vec_dot_iq2_s_q8_k: iq_model(haswell),
+                        vec_dot_iq3_xxs_q8_k: iq_model(haswell),
+                        vec_dot_iq3_s_q8_k: iq_model(haswell),
+                        quantize_row_q8_k: q8_k::quantize_row_q8_k_model,
                     };
                 }
                 Isa::Scalar => {}
@@ -250,6 +319,12 @@ impl Kernels {
             } else {
                 tq2_0::vec_dot_tq2_0_q8_k_x64_model
             },
+            vec_dot_iq2_xxs_q8_k: iq_model(haswell),
+            vec_dot_iq2_xs_q8_k: iq_model(haswell),
+            vec_dot_iq2_s_q8_k: iq_model(haswell),
+            vec_dot_iq3_xxs_q8_k: iq_model(haswell),
+            vec_dot_iq3_s_q8_k: iq_model(haswell),
+            quantize_row_q8_k: q8_k::quantize_row_q8_k_model,
         }
     }
 
@@ -311,6 +386,34 @@ impl Kernels {
         assert!(y.len() >= x.len(), "q8_K row shorter than the TQ2_0 row");
         // SAFETY: as `vec_dot_q2_0_q8_0`.
         unsafe { (self.vec_dot_tq2_0_q8_k)(x, y) }
+    }
+
+    /// Whether this table's IQ kernels beat the stock ones they would replace: only the AVX-512 kernels do
+    /// (stock's haswell kernels are AVX2; the scalar models are stock's x64 C again), so without AVX-512 a
+    /// preloaded library passes the IQ formats to stock (`docs/iq2_s.md`).
+    pub fn serves_iq_over_stock(&self) -> bool {
+        self.isa >= Isa::Avx512
+    }
+
+    /// An IQ format against `x.len()` q8_K blocks, in the haswell build's eight-lane order or the x64 build's
+    /// chain (`formats/iq.rs`).
+    pub fn vec_dot_iq_q8_k<B: IqFormat>(&self, x: &[B], y: &[BlockQ8K]) -> f32 {
+        assert!(y.len() >= x.len(), "q8_K row shorter than the IQ row");
+        // SAFETY: as `vec_dot_q2_0_q8_0`.
+        unsafe { (B::entry(self))(x, y) }
+    }
+
+    /// `dequantize_row_*` of an IQ format (the scalar model; the same bits in both builds).
+    pub fn dequantize_row_iq<B: IqBlock>(&self, x: &[B], y: &mut [f32]) {
+        assert!(y.len() >= 256 * x.len(), "f32 output too short");
+        iq::dequantize_row_iq_model(x, y)
+    }
+
+    /// Quantizes `x.len() / 256` whole q8_K blocks (a tail is ignored, as in stock); the same bits in both builds.
+    pub fn quantize_row_q8_k(&self, x: &[f32], y: &mut [BlockQ8K]) {
+        assert!(y.len() >= x.len() / 256, "q8_K output too short");
+        // SAFETY: as `vec_dot_q2_0_q8_0`.
+        unsafe { (self.quantize_row_q8_k)(x, y) }
     }
 
     /// `dequantize_row_tq2_0` (the scalar model on every instruction set; same bits in both builds).

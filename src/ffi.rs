@@ -11,6 +11,11 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use crate::dispatch::active;
+use crate::formats::iq2_s::BlockIQ2S;
+use crate::formats::iq2_xs::BlockIQ2XS;
+use crate::formats::iq2_xxs::BlockIQ2XXS;
+use crate::formats::iq3_s::BlockIQ3S;
+use crate::formats::iq3_xxs::BlockIQ3XXS;
 use crate::interpose::{self, VecDotArgs};
 
 /// Prints `ggml-lowbit: <message>` on stderr and aborts: for errors that must not go on silently.
@@ -139,6 +144,189 @@ pub unsafe extern "C" fn dequantize_row_tq2_0(vx: *const c_void, y: *mut f32, k:
     // SAFETY: ggml's contract for this symbol, passed on.
     guard("dequantize_row_tq2_0", || unsafe {
         interpose::dequantize_row_tq2_0(vx, y, k)
+    })
+}
+
+/// Quantizes `k` floats (whole blocks of 256; a tail is ignored) into q8_K blocks (`vy`), as ggml's
+/// `quantize_row_q8_K`.
+///
+/// # Safety
+/// As ggml's: `x` holds `k` floats, `vy` has room for `k/256` blocks.
+#[no_mangle]
+pub unsafe extern "C" fn quantize_row_q8_K(x: *const f32, vy: *mut c_void, k: i64) {
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("quantize_row_q8_K", || unsafe {
+        interpose::quantize_row_q8_k(x, vy, k)
+    })
+}
+
+/// `*s = Σ` of one IQ2_XXS row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+///
+/// # Safety
+/// As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_vec_dot_iq2_xxs_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_vec_dot_iq2_xxs_q8_K", || unsafe {
+        interpose::vec_dot_iq_q8_k::<BlockIQ2XXS>(args)
+    })
+}
+
+/// Dequantizes `k` weights (whole blocks of 256) of an IQ2_XXS row.
+///
+/// # Safety
+/// As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+#[no_mangle]
+pub unsafe extern "C" fn dequantize_row_iq2_xxs(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("dequantize_row_iq2_xxs", || unsafe {
+        interpose::dequantize_row_iq::<BlockIQ2XXS>(vx, y, k)
+    })
+}
+
+/// `*s = Σ` of one IQ2_XS row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+///
+/// # Safety
+/// As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_vec_dot_iq2_xs_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_vec_dot_iq2_xs_q8_K", || unsafe {
+        interpose::vec_dot_iq_q8_k::<BlockIQ2XS>(args)
+    })
+}
+
+/// Dequantizes `k` weights (whole blocks of 256) of an IQ2_XS row.
+///
+/// # Safety
+/// As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+#[no_mangle]
+pub unsafe extern "C" fn dequantize_row_iq2_xs(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("dequantize_row_iq2_xs", || unsafe {
+        interpose::dequantize_row_iq::<BlockIQ2XS>(vx, y, k)
+    })
+}
+
+/// `*s = Σ` of one IQ2_S row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+///
+/// # Safety
+/// As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_vec_dot_iq2_s_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_vec_dot_iq2_s_q8_K", || unsafe {
+        interpose::vec_dot_iq_q8_k::<BlockIQ2S>(args)
+    })
+}
+
+/// Dequantizes `k` weights (whole blocks of 256) of an IQ2_S row.
+///
+/// # Safety
+/// As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+#[no_mangle]
+pub unsafe extern "C" fn dequantize_row_iq2_s(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("dequantize_row_iq2_s", || unsafe {
+        interpose::dequantize_row_iq::<BlockIQ2S>(vx, y, k)
+    })
+}
+
+/// `*s = Σ` of one IQ3_XXS row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+///
+/// # Safety
+/// As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_vec_dot_iq3_xxs_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_vec_dot_iq3_xxs_q8_K", || unsafe {
+        interpose::vec_dot_iq_q8_k::<BlockIQ3XXS>(args)
+    })
+}
+
+/// Dequantizes `k` weights (whole blocks of 256) of an IQ3_XXS row.
+///
+/// # Safety
+/// As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+#[no_mangle]
+pub unsafe extern "C" fn dequantize_row_iq3_xxs(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("dequantize_row_iq3_xxs", || unsafe {
+        interpose::dequantize_row_iq::<BlockIQ3XXS>(vx, y, k)
+    })
+}
+
+/// `*s = Σ` of one IQ3_S row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+///
+/// # Safety
+/// As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_vec_dot_iq3_s_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_vec_dot_iq3_s_q8_K", || unsafe {
+        interpose::vec_dot_iq_q8_k::<BlockIQ3S>(args)
+    })
+}
+
+/// Dequantizes `k` weights (whole blocks of 256) of an IQ3_S row.
+///
+/// # Safety
+/// As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+#[no_mangle]
+pub unsafe extern "C" fn dequantize_row_iq3_s(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("dequantize_row_iq3_s", || unsafe {
+        interpose::dequantize_row_iq::<BlockIQ3S>(vx, y, k)
     })
 }
 
@@ -355,6 +543,128 @@ pub unsafe extern "C" fn ggml_lowbit_quantize_row_q8_0(x: *const f32, vy: *mut c
     // SAFETY: ggml's contract for this symbol, passed on.
     guard("ggml_lowbit_quantize_row_q8_0", || unsafe {
         interpose::quantize_row_q8_0(x, vy, k)
+    })
+}
+
+/// `ggml_vec_dot_iq2_xxs_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+///
+/// # Safety
+/// As `ggml_vec_dot_iq2_xxs_q8_K`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_vec_dot_iq2_xxs_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_vec_dot_iq2_xxs_q8_K", || unsafe {
+        interpose::vec_dot_iq_q8_k::<BlockIQ2XXS>(args)
+    })
+}
+
+/// `ggml_vec_dot_iq2_xs_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+///
+/// # Safety
+/// As `ggml_vec_dot_iq2_xs_q8_K`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_vec_dot_iq2_xs_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_vec_dot_iq2_xs_q8_K", || unsafe {
+        interpose::vec_dot_iq_q8_k::<BlockIQ2XS>(args)
+    })
+}
+
+/// `ggml_vec_dot_iq2_s_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+///
+/// # Safety
+/// As `ggml_vec_dot_iq2_s_q8_K`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_vec_dot_iq2_s_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_vec_dot_iq2_s_q8_K", || unsafe {
+        interpose::vec_dot_iq_q8_k::<BlockIQ2S>(args)
+    })
+}
+
+/// `ggml_vec_dot_iq3_xxs_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+///
+/// # Safety
+/// As `ggml_vec_dot_iq3_xxs_q8_K`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_vec_dot_iq3_xxs_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_vec_dot_iq3_xxs_q8_K", || unsafe {
+        interpose::vec_dot_iq_q8_k::<BlockIQ3XXS>(args)
+    })
+}
+
+/// `ggml_vec_dot_iq3_s_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+///
+/// # Safety
+/// As `ggml_vec_dot_iq3_s_q8_K`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_vec_dot_iq3_s_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_vec_dot_iq3_s_q8_K", || unsafe {
+        interpose::vec_dot_iq_q8_k::<BlockIQ3S>(args)
+    })
+}
+
+/// `quantize_row_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+///
+/// # Safety
+/// As `quantize_row_q8_K`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_quantize_row_q8_K(x: *const f32, vy: *mut c_void, k: i64) {
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_quantize_row_q8_K", || unsafe {
+        interpose::quantize_row_q8_k(x, vy, k)
     })
 }
 

@@ -14,11 +14,17 @@
 //!
 //! Counters are only touched when logging or verifying, so the normal path adds no shared writes.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
+use crate::dispatch::IqFormat;
 use crate::dispatch::{default_order, env_choice, Isa, Kernels};
+use crate::formats::iq2_s::BlockIQ2S;
+use crate::formats::iq2_xs::BlockIQ2XS;
+use crate::formats::iq2_xxs::BlockIQ2XXS;
+use crate::formats::iq3_s::BlockIQ3S;
+use crate::formats::iq3_xxs::BlockIQ3XXS;
 use crate::formats::pq2_0::BlockPQ2_0;
 use crate::formats::ptq1_0::BlockPTQ1_0;
 use crate::formats::q1_0::BlockQ1_0;
@@ -56,6 +62,10 @@ pub struct Next {
     pub dequantize_row_q1_0: Option<DequantizeRowFn>,
     pub vec_dot_tq2_0_q8_k: Option<VecDotFn>,
     pub dequantize_row_tq2_0: Option<DequantizeRowFn>,
+    /// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (the order of `IQ_SYMBOLS`).
+    pub vec_dot_iq: [Option<VecDotFn>; 5],
+    pub dequantize_row_iq: [Option<DequantizeRowFn>; 5],
+    pub quantize_row_q8_k: Option<QuantizeRowFn>,
 }
 
 pub struct Config {
@@ -181,6 +191,9 @@ fn find_next() -> Next {
         dequantize_row_q1_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_q1_0"),
         vec_dot_tq2_0_q8_k: next_symbol::<VecDotFn>(c"ggml_vec_dot_tq2_0_q8_K"),
         dequantize_row_tq2_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_tq2_0"),
+        vec_dot_iq: IQ_SYMBOLS.map(|(dot, _)| next_symbol::<VecDotFn>(dot)),
+        dequantize_row_iq: IQ_SYMBOLS.map(|(_, deq)| next_symbol::<DequantizeRowFn>(deq)),
+        quantize_row_q8_k: next_symbol::<QuantizeRowFn>(c"quantize_row_q8_K"),
     }
 }
 
@@ -669,7 +682,7 @@ impl VecDotArgs {
 
 /// The mode one call is served in: `Serve` becomes `Disable` (pass to stock) for a symbol whose stock
 /// implementation is at least as fast as ours (`stock_first`: Q1_0 without AVX-512 in the haswell order, TQ2_0,
-/// the Q1_0 and TQ2_0 dequantizers; `q1_0.md`, `tq2_0.md`), unless `GGML_LOWBIT_SERVE_ALL=1`. Verify still
+/// the IQ formats without AVX-512, the Q1_0, TQ2_0 and IQ dequantizers; `q1_0.md`, `tq2_0.md`), unless `GGML_LOWBIT_SERVE_ALL=1`. Verify still
 /// compares ours with stock; without a stock symbol ours computes.
 fn call_mode(c: &Config, stock_first: bool) -> Mode {
     if stock_first && !c.serve_all && c.mode == Mode::Serve {
@@ -762,29 +775,40 @@ unsafe fn serve_dequantize(
     }
 }
 
+/// Serves a `quantize_row_*` call into blocks `B` of `qk` floats: `k/qk` whole blocks (a tail is ignored, as
+/// in stock); `stock_first` as in `call_mode`. Verify compares the whole output blocks.
+///
 /// # Safety
-/// ggml's contract for `quantize_row_q8_0`.
-pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
+/// ggml's contract for the symbol: `x` holds `k` floats, `vy` has room for `k/qk` blocks.
+#[inline(always)]
+unsafe fn quantize_rows<B: RawBlock + PartialEq + std::fmt::Debug>(
+    symbol: &str,
+    next: Option<QuantizeRowFn>,
+    stock_first: bool,
+    qk: usize,
+    kernel: impl Fn(&Kernels, &[f32], &mut [B]),
+    (x, vy, k): (*const f32, *mut c_void, i64),
+) {
     let c = config();
-    let nb = whole_blocks(k, 32);
-    let ours = |out: &mut [BlockQ8_0]| {
+    let nb = whole_blocks(k, qk);
+    let ours = |out: &mut [B]| {
         let input = if nb == 0 {
             &[][..]
         } else {
             // SAFETY: ggml's contract: `x` holds `k` floats.
-            unsafe { std::slice::from_raw_parts(x, nb * 32) }
+            unsafe { std::slice::from_raw_parts(x, nb * qk) }
         };
-        c.kernels.quantize_row_q8_0(input, out)
+        kernel(&c.kernels, input, out)
     };
-    let out = || -> &mut [BlockQ8_0] {
+    let out = || -> &mut [B] {
         if nb == 0 {
             &mut []
         } else {
-            // SAFETY: ggml's contract: `vy` has room for `k/32` blocks.
-            unsafe { std::slice::from_raw_parts_mut(vy as *mut BlockQ8_0, nb) }
+            // SAFETY: ggml's contract: `vy` has room for `k/qk` blocks.
+            unsafe { std::slice::from_raw_parts_mut(vy as *mut B, nb) }
         }
     };
-    match (c.mode, c.next.quantize_row_q8_0) {
+    match (call_mode(c, stock_first), next) {
         (Mode::Serve, _) | (_, None) => {
             count(&SERVED, c);
             ours(out());
@@ -797,17 +821,51 @@ pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
         (Mode::Verify { abort }, Some(stock)) => {
             count(&SERVED, c);
             VERIFIED.fetch_add(1, Relaxed);
-            let mut theirs = vec![BlockQ8_0::default(); nb];
-            // SAFETY: as above, into our own buffer of `k/32` blocks.
+            let mut theirs = vec![0u8; nb * std::mem::size_of::<B>()];
+            // SAFETY: as above, into our own buffer of `k/qk` blocks.
             unsafe { stock(x, theirs.as_mut_ptr() as *mut c_void, k) };
+            let theirs: &[B] = crate::formats::blocks(&theirs);
             let mine = out();
             ours(mine);
-            if let Some(i) = mine.iter().zip(&theirs).position(|(a, b)| a != b) {
-                differs("quantize_row_q8_0", abort, || {
+            if let Some(i) = mine.iter().zip(theirs).position(|(a, b)| a != b) {
+                differs(symbol, abort, || {
                     format!("block {i}: ours {:?}, stock {:?}", mine[i], theirs[i])
                 });
             }
         }
+    }
+}
+
+/// # Safety
+/// ggml's contract for `quantize_row_q8_0`.
+pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
+    // SAFETY: passed on.
+    unsafe {
+        quantize_rows::<BlockQ8_0>(
+            "quantize_row_q8_0",
+            config().next.quantize_row_q8_0,
+            false,
+            32,
+            Kernels::quantize_row_q8_0,
+            (x, vy, k),
+        )
+    }
+}
+
+/// # Safety
+/// ggml's contract for `quantize_row_q8_K`.
+pub unsafe fn quantize_row_q8_k(x: *const f32, vy: *mut c_void, k: i64) {
+    let c = config();
+    // SAFETY: passed on. Without AVX-512 ours is stock's scalar C again: stock first.
+    unsafe {
+        quantize_rows::<BlockQ8K>(
+            "quantize_row_q8_K",
+            c.next.quantize_row_q8_k,
+            !c.kernels.serves_iq_over_stock(),
+            256,
+            Kernels::quantize_row_q8_k,
+            (x, vy, k),
+        )
     }
 }
 
@@ -927,25 +985,105 @@ pub unsafe fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: i64) {
     }
 }
 
+/// Serves a `ggml_vec_dot_*_q8_K` call for a format of `B` blocks of 256 weights: `n/256` whole blocks of
+/// each side; `stock_first` as in `call_mode`.
+///
+/// # Safety
+/// ggml's contract for the symbol: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+#[inline(always)]
+unsafe fn vec_dot_q8_k_rows<B: RawBlock>(
+    symbol: &str,
+    next: impl Fn(&Next) -> Option<VecDotFn>,
+    stock_first: bool,
+    kernel: impl Fn(&Kernels, &[B], &[BlockQ8K]) -> f32,
+    a: VecDotArgs,
+) {
+    let c = config();
+    let nb = whole_blocks(a.n as i64, 256);
+    // SAFETY: the caller's contract: `vx` and `vy` hold `nb` blocks each.
+    let ours = || unsafe { kernel(&c.kernels, view(a.vx, nb), view(a.vy, nb)) };
+    // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
+    unsafe { serve_vec_dot(symbol, next(&c.next), stock_first, a, ours) }
+}
+
 /// # Safety
 /// ggml's contract for `ggml_vec_dot_tq2_0_q8_K`.
 pub unsafe fn vec_dot_tq2_0_q8_k(a: VecDotArgs) {
-    let c = config();
-    let nb = whole_blocks(a.n as i64, 256);
-    // SAFETY: ggml's contract: `vx` holds `n/256` TQ2_0 blocks and `vy` as many q8_K blocks.
-    let ours = || unsafe {
-        c.kernels
-            .vec_dot_tq2_0_q8_k(view::<BlockTQ2_0>(a.vx, nb), view::<BlockQ8K>(a.vy, nb))
-    };
-    // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
+    // SAFETY: passed on. No kernel of ours beats stock's TQ2_0 (`docs/tq2_0.md`): stock first.
     unsafe {
-        // No kernel of ours beats stock's TQ2_0 (`docs/tq2_0.md`): stock first.
-        serve_vec_dot(
+        vec_dot_q8_k_rows::<BlockTQ2_0>(
             "ggml_vec_dot_tq2_0_q8_K",
-            c.next.vec_dot_tq2_0_q8_k,
+            |n| n.vec_dot_tq2_0_q8_k,
             true,
+            Kernels::vec_dot_tq2_0_q8_k,
             a,
-            ours,
+        )
+    }
+}
+
+/// The IQ formats' vec_dot and dequantize symbols, in the order of `Next::vec_dot_iq`.
+pub const IQ_SYMBOLS: [(&CStr, &CStr); 5] = [
+    (c"ggml_vec_dot_iq2_xxs_q8_K", c"dequantize_row_iq2_xxs"),
+    (c"ggml_vec_dot_iq2_xs_q8_K", c"dequantize_row_iq2_xs"),
+    (c"ggml_vec_dot_iq2_s_q8_K", c"dequantize_row_iq2_s"),
+    (c"ggml_vec_dot_iq3_xxs_q8_K", c"dequantize_row_iq3_xxs"),
+    (c"ggml_vec_dot_iq3_s_q8_K", c"dequantize_row_iq3_s"),
+];
+
+/// An IQ block type's place in `IQ_SYMBOLS`.
+pub trait IqSymbol: IqFormat {
+    const INDEX: usize;
+}
+impl IqSymbol for BlockIQ2XXS {
+    const INDEX: usize = 0;
+}
+impl IqSymbol for BlockIQ2XS {
+    const INDEX: usize = 1;
+}
+impl IqSymbol for BlockIQ2S {
+    const INDEX: usize = 2;
+}
+impl IqSymbol for BlockIQ3XXS {
+    const INDEX: usize = 3;
+}
+impl IqSymbol for BlockIQ3S {
+    const INDEX: usize = 4;
+}
+
+/// Serves `ggml_vec_dot_<iq format>_q8_K`; passed to stock without AVX-512 (`Kernels::serves_iq_over_stock`).
+///
+/// # Safety
+/// ggml's contract for the symbol.
+pub unsafe fn vec_dot_iq_q8_k<B: IqSymbol>(a: VecDotArgs) {
+    let stock_first = !config().kernels.serves_iq_over_stock();
+    let symbol = IQ_SYMBOLS[B::INDEX].0.to_str().unwrap_or_default();
+    // SAFETY: passed on.
+    unsafe {
+        vec_dot_q8_k_rows::<B>(
+            symbol,
+            |n| n.vec_dot_iq[B::INDEX],
+            stock_first,
+            Kernels::vec_dot_iq_q8_k::<B>,
+            a,
+        )
+    }
+}
+
+/// Serves `dequantize_row_<iq format>`; ours (the scalar model) is no faster than stock's: stock first.
+///
+/// # Safety
+/// ggml's contract for the symbol.
+pub unsafe fn dequantize_row_iq<B: IqSymbol>(vx: *const c_void, y: *mut f32, k: i64) {
+    let symbol = IQ_SYMBOLS[B::INDEX].1.to_str().unwrap_or_default();
+    // SAFETY: passed on.
+    unsafe {
+        dequantize_rows::<B>(
+            symbol,
+            |n| n.dequantize_row_iq[B::INDEX],
+            true,
+            256,
+            Kernels::dequantize_row_iq::<B>,
+            (vx, y, k),
         )
     }
 }

@@ -16,6 +16,11 @@ pub const GGML_TYPE_F32: u32 = 0;
 pub const GGML_TYPE_Q1_0: u32 = 41;
 pub const GGML_TYPE_Q2_0: u32 = 42;
 pub const GGML_TYPE_TQ2_0: u32 = 35;
+pub const GGML_TYPE_IQ2_XXS: u32 = 16;
+pub const GGML_TYPE_IQ2_XS: u32 = 17;
+pub const GGML_TYPE_IQ3_XXS: u32 = 18;
+pub const GGML_TYPE_IQ3_S: u32 = 21;
+pub const GGML_TYPE_IQ2_S: u32 = 22;
 pub const GGML_TYPE_PQ2_0: u32 = 142;
 pub const GGML_TYPE_PTQ1_0: u32 = 143;
 
@@ -119,6 +124,12 @@ pub enum WeightType {
     Q1_0,
     /// BitNet-style ternary, 256 weights per block (activations in q8_K).
     Tq2_0,
+    /// The IQ lattice quants (activations in q8_K): 2.0625, 2.3125, 2.5625, 3.0625 and 3.4375 bits.
+    Iq2Xxs,
+    Iq2Xs,
+    Iq2S,
+    Iq3Xxs,
+    Iq3S,
     /// PrismML fork, type 142: loads only in the fork's llama.cpp.
     Pq2_0,
     /// PrismML fork, type 143: loads only in the fork's llama.cpp.
@@ -126,10 +137,15 @@ pub enum WeightType {
 }
 
 impl WeightType {
-    pub const ALL: [WeightType; 5] = [
+    pub const ALL: [WeightType; 10] = [
         WeightType::Q2_0,
         WeightType::Q1_0,
         WeightType::Tq2_0,
+        WeightType::Iq2Xxs,
+        WeightType::Iq2Xs,
+        WeightType::Iq2S,
+        WeightType::Iq3Xxs,
+        WeightType::Iq3S,
         WeightType::Pq2_0,
         WeightType::Ptq1_0,
     ];
@@ -139,6 +155,11 @@ impl WeightType {
             WeightType::Q2_0 => "q2_0",
             WeightType::Q1_0 => "q1_0",
             WeightType::Tq2_0 => "tq2_0",
+            WeightType::Iq2Xxs => "iq2_xxs",
+            WeightType::Iq2Xs => "iq2_xs",
+            WeightType::Iq2S => "iq2_s",
+            WeightType::Iq3Xxs => "iq3_xxs",
+            WeightType::Iq3S => "iq3_s",
             WeightType::Pq2_0 => "pq2_0",
             WeightType::Ptq1_0 => "ptq1_0",
         }
@@ -153,6 +174,11 @@ impl WeightType {
             WeightType::Q2_0 => GGML_TYPE_Q2_0,
             WeightType::Q1_0 => GGML_TYPE_Q1_0,
             WeightType::Tq2_0 => GGML_TYPE_TQ2_0,
+            WeightType::Iq2Xxs => GGML_TYPE_IQ2_XXS,
+            WeightType::Iq2Xs => GGML_TYPE_IQ2_XS,
+            WeightType::Iq2S => GGML_TYPE_IQ2_S,
+            WeightType::Iq3Xxs => GGML_TYPE_IQ3_XXS,
+            WeightType::Iq3S => GGML_TYPE_IQ3_S,
             WeightType::Pq2_0 => GGML_TYPE_PQ2_0,
             WeightType::Ptq1_0 => GGML_TYPE_PTQ1_0,
         }
@@ -164,9 +190,27 @@ impl WeightType {
             WeightType::Q2_0 => (64, 18),
             WeightType::Q1_0 => (128, 18),
             WeightType::Tq2_0 => (256, 66),
+            WeightType::Iq2Xxs => (256, 66),
+            WeightType::Iq2Xs => (256, 74),
+            WeightType::Iq2S => (256, 82),
+            WeightType::Iq3Xxs => (256, 98),
+            WeightType::Iq3S => (256, 110),
             WeightType::Pq2_0 => (128, 34),
             WeightType::Ptq1_0 => (128, 28),
         }
+    }
+
+    /// Whether this format's activations are q8_K (TQ2_0 and the IQ formats) rather than q8_0.
+    pub fn q8_k_activations(self) -> bool {
+        matches!(
+            self,
+            WeightType::Tq2_0
+                | WeightType::Iq2Xxs
+                | WeightType::Iq2Xs
+                | WeightType::Iq2S
+                | WeightType::Iq3Xxs
+                | WeightType::Iq3S
+        )
     }
 
     /// Fills `buf` with rows of `k` ternary weights in this format, scales around `scale`, deterministic for
@@ -199,6 +243,27 @@ impl WeightType {
                             // content: four per byte, scale last.
                             fill_codes(&mut blk[..64], &mut rng);
                             blk[64..].copy_from_slice(&d);
+                        }
+                        WeightType::Iq2Xxs
+                        | WeightType::Iq2Xs
+                        | WeightType::Iq2S
+                        | WeightType::Iq3Xxs
+                        | WeightType::Iq3S => {
+                            // Random grid points, signs and 4-bit scales (every bit pattern is a valid block);
+                            // d is scaled down by the format's mean |weight|/d (IQ2: d·(0.5 + nibble)·0.25 with
+                            // magnitudes 8..43, about 47; IQ3_XXS: ·0.5 with 4..62, about 100; IQ3_S:
+                            // d·(1 + 2·nibble) with 1..15, about 128) to keep the weights near `scale`.
+                            let mean = match self {
+                                WeightType::Iq3Xxs => 100.0,
+                                WeightType::Iq3S => 128.0,
+                                _ => 47.0,
+                            };
+                            let d = half::f16::from_f32(scale * jitter / mean).to_bits();
+                            blk[..2].copy_from_slice(&d.to_le_bytes());
+                            for chunk in blk[2..].chunks_mut(8) {
+                                let bits = rng().to_le_bytes();
+                                chunk.copy_from_slice(&bits[..chunk.len()]);
+                            }
                         }
                         WeightType::Ptq1_0 => {
                             blk[26..].copy_from_slice(&d);

@@ -30,6 +30,20 @@ pub fn ensure_built_variant(variant: &str) -> Result<PathBuf, String> {
     run_build_script("stock-llama.sh", variant, "libggml-cpu.so")
 }
 
+/// The pinned llama.cpp source tree (unpacked by `scripts/stock-llama.sh` next to its builds), after making sure
+/// the haswell build exists.
+pub fn source_dir() -> Result<PathBuf, String> {
+    let build = ensure_built(FloatOrder::Haswell)?;
+    let src = build
+        .parent()
+        .map(|root| root.join("src/llama.cpp"))
+        .ok_or_else(|| format!("{} has no parent", build.display()))?;
+    if !src.join("ggml/src/ggml-common.h").is_file() {
+        return Err(format!("no pinned source under {}", src.display()));
+    }
+    Ok(src)
+}
+
 /// Runs `scripts/<script> <variant>` (its progress on our stderr) and returns the folder it prints as its last
 /// line, which must hold `expect`. A failure is an error, never a skip.
 pub fn run_build_script(script: &str, variant: &str, expect: &str) -> Result<PathBuf, String> {

@@ -19,15 +19,7 @@ fn run_bits(isa: &str, cases: &str) {
     assert!(out.status.success(), "bits via cdylib at {isa} failed");
     assert!(stdout.contains(" 0 mismatches"), "{stdout}");
     for build in ["haswell", "x64"] {
-        for sym in [
-            "ggml_vec_dot_q2_0_q8_0",
-            "quantize_row_q8_0",
-            "dequantize_row_q2_0",
-            "ggml_vec_dot_q1_0_q8_0",
-            "dequantize_row_q1_0",
-            "ggml_vec_dot_tq2_0_q8_K",
-            "dequantize_row_tq2_0",
-        ] {
+        for sym in ggml_lowbit::ab::bits::SYMBOLS {
             assert!(
                 stdout
                     .lines()

@@ -1,5 +1,5 @@
-//! Tier 3, whole models: synthetic tiny Q2_0, Q1_0 and mixture-of-experts models run through the stock llama.cpp tools of both builds with
-//! and without the preload (`ggml-lowbit-ab e2e`), the preload with the vec_dot exports only and with the
+//! Tier 3, whole models: synthetic tiny Q2_0, Q1_0, IQ2_S and mixture-of-experts models run through the stock
+//! llama.cpp tools of both builds with and without the preload (`ggml-lowbit-ab e2e`), the preload with the vec_dot exports only and with the
 //! `mul_mat` hook, and the patched build (`ggml-patch/cpu.patch`, built by `scripts/patched-llama.sh`):
 //! identical greedy text and identical perplexity per chunk, at micro-batch sizes 1, 7, 8, 33 and 128 (decode,
 //! small and large prefill) and with 1 and 2 threads.
@@ -98,20 +98,20 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The 1-bit format: a tiny Q1_0 model through every build (stock, vec_dot preload, hook preload, patched), 2
-/// threads at micro-batches 1, 7, 8, 33 and 1 thread at 7, 33: identical text and per-chunk perplexity.
-#[test]
-fn tiny_q1_0_model_gives_identical_text_and_perplexity_on_every_build() {
-    let dir = scratch("q1");
-    let model = dir.join("tiny-q1_0.gguf");
+/// A tiny model of weight type `wtype` (ggml type `ggml_type` in `blk.1.ffn_down.weight`) through every build
+/// (stock, vec_dot preload, hook preload, patched), 2 threads at micro-batches 1, 7, 8, 33 and 1 thread at 7,
+/// 33: identical text and per-chunk perplexity.
+fn tiny_model_is_identical_on_every_build(wtype: &str, ggml_type: u32, seed: &str) {
+    let dir = scratch(wtype);
+    let model = dir.join(format!("tiny-{wtype}.gguf"));
     let out = harness(&[
         "model",
         "--preset",
         "tiny",
         "--type",
-        "q1_0",
+        wtype,
         "--seed",
-        "9",
+        seed,
         "--out",
         model.to_str().unwrap(),
     ]);
@@ -119,7 +119,7 @@ fn tiny_q1_0_model_gives_identical_text_and_perplexity_on_every_build() {
     let types = ggml_lowbit::gguf::tensor_types(&model).unwrap();
     assert!(types
         .iter()
-        .any(|(n, t)| n == "blk.1.ffn_down.weight" && *t == 41));
+        .any(|(n, t)| n == "blk.1.ffn_down.weight" && *t == ggml_type));
     let stdout = e2e_identical(&model, "all", "2", "1,7,8,33");
     assert_eq!(stdout.matches("identical text").count(), 3, "{stdout}");
     assert_eq!(
@@ -134,6 +134,19 @@ fn tiny_q1_0_model_gives_identical_text_and_perplexity_on_every_build() {
         "{stdout}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The 1-bit format (Q1_0, its tile kernels under the hook and the patch).
+#[test]
+fn tiny_q1_0_model_gives_identical_text_and_perplexity_on_every_build() {
+    tiny_model_is_identical_on_every_build("q1_0", 41, "9");
+}
+
+/// An IQ2_S model (grid lookups, q8_K activations: our `ggml_vec_dot_iq2_s_q8_K` and `quantize_row_q8_K`
+/// preloaded and routed by the patch; the hook leaves IQ2_S products to ggml, which calls them).
+#[test]
+fn tiny_iq2_s_model_gives_identical_text_and_perplexity_on_every_build() {
+    tiny_model_is_identical_on_every_build("iq2_s", 22, "9");
 }
 
 /// A mixture-of-experts model (MUL_MAT_ID with Q2_0 experts): the same identities through every build, the

@@ -61,6 +61,14 @@ fn bit_test_catches_the_wrong_float_order() {
         dot.mismatches > 0,
         "the FMA and non-FMA chains must differ somewhere in 5000 cases"
     );
+    let iq2_s = reports
+        .iter()
+        .find(|r| r.symbol == "ggml_vec_dot_iq2_s_q8_K")
+        .unwrap();
+    assert!(
+        iq2_s.mismatches > 0,
+        "the eight-lane and the sequential IQ2_S chains must differ somewhere in 5000 cases"
+    );
     assert!(
         quant.mismatches > 0,
         "round-half-even and round-half-away must differ on the tie cases"

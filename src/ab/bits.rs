@@ -12,11 +12,17 @@ use rand::Rng;
 
 use super::cases::{Gen, Unaligned, Q1_0_BYTES, Q2_0_BYTES, Q8_0_BYTES, Q8_K_BYTES, TQ2_0_BYTES};
 use crate::dispatch::{Isa, Kernels};
+use crate::formats::iq2_s::BlockIQ2S;
+use crate::formats::iq2_xs::BlockIQ2XS;
+use crate::formats::iq2_xxs::BlockIQ2XXS;
+use crate::formats::iq3_s::BlockIQ3S;
+use crate::formats::iq3_xxs::BlockIQ3XXS;
 use crate::formats::{blocks, blocks_mut};
+use crate::interpose::IQ_SYMBOLS;
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, StockLib, VecDotFn};
 use crate::FloatOrder;
 
-pub const SYMBOLS: [&str; 9] = [
+pub const SYMBOLS: [&str; 20] = [
     "ggml_vec_dot_q2_0_q8_0",
     "quantize_row_q8_0",
     "dequantize_row_q2_0",
@@ -26,7 +32,78 @@ pub const SYMBOLS: [&str; 9] = [
     "ggml_lowbit_mul_mat_q1_0_q8_0",
     "ggml_vec_dot_tq2_0_q8_K",
     "dequantize_row_tq2_0",
+    "ggml_vec_dot_iq2_xxs_q8_K",
+    "dequantize_row_iq2_xxs",
+    "ggml_vec_dot_iq2_xs_q8_K",
+    "dequantize_row_iq2_xs",
+    "ggml_vec_dot_iq2_s_q8_K",
+    "dequantize_row_iq2_s",
+    "ggml_vec_dot_iq3_xxs_q8_K",
+    "dequantize_row_iq3_xxs",
+    "ggml_vec_dot_iq3_s_q8_K",
+    "dequantize_row_iq3_s",
+    "quantize_row_q8_K",
 ];
+
+/// Position of `name` in `SYMBOLS` (its reports follow that order).
+fn symbol_index(name: &str) -> usize {
+    SYMBOLS.iter().position(|s| *s == name).expect("listed")
+}
+
+/// The formats of 256-weight blocks against q8_K, compared by one loop: their block size, their two symbols and
+/// where their reports sit in `SYMBOLS`. `Iq(i)` is the IQ format `i` of `interpose::IQ_SYMBOLS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KFormat {
+    Tq2_0,
+    Iq(usize),
+}
+
+/// Block bytes of the IQ formats, in the order of `interpose::IQ_SYMBOLS`.
+const IQ_BLOCK_BYTES: [usize; 5] = [66, 74, 82, 98, 110];
+
+impl KFormat {
+    pub const ALL: [KFormat; 6] = [
+        KFormat::Tq2_0,
+        KFormat::Iq(0),
+        KFormat::Iq(1),
+        KFormat::Iq(2),
+        KFormat::Iq(3),
+        KFormat::Iq(4),
+    ];
+
+    pub fn block_bytes(self) -> usize {
+        match self {
+            KFormat::Tq2_0 => TQ2_0_BYTES,
+            KFormat::Iq(i) => IQ_BLOCK_BYTES[i],
+        }
+    }
+
+    pub fn vec_dot_symbol(self) -> &'static str {
+        match self {
+            KFormat::Tq2_0 => "ggml_vec_dot_tq2_0_q8_K",
+            KFormat::Iq(i) => IQ_SYMBOLS[i].0.to_str().expect("ASCII"),
+        }
+    }
+
+    pub fn dequantize_symbol(self) -> &'static str {
+        match self {
+            KFormat::Tq2_0 => "dequantize_row_tq2_0",
+            KFormat::Iq(i) => IQ_SYMBOLS[i].1.to_str().expect("ASCII"),
+        }
+    }
+
+    /// Index of the vec_dot symbol in `SYMBOLS` (the dequantizer follows it).
+    fn symbol_index(self) -> usize {
+        symbol_index(self.vec_dot_symbol())
+    }
+
+    fn fill(self, gen: &mut Gen, nb: usize, out: &mut [u8]) {
+        match self {
+            KFormat::Tq2_0 => gen.tq2_0_row(nb, out),
+            KFormat::Iq(i) => gen.iq_row(i, IQ_BLOCK_BYTES[i], nb, out),
+        }
+    }
+}
 
 /// `ggml_lowbit_mul_mat_q2_0_q8_0` / `_q1_0_q8_0`: our tile exports (stock has none: their reference is one
 /// stock vec_dot per element).
@@ -42,6 +119,20 @@ pub type MulMatFn = unsafe extern "C" fn(
     c_int,
 );
 
+/// `get(name)` for the vec_dot (`dequantize` false) or dequantize symbol of every IQ format, in the order of
+/// `interpose::IQ_SYMBOLS`.
+fn iq_symbols<T: Copy>(
+    dequantize: bool,
+    get: impl Fn(&str) -> Result<T, String>,
+) -> Result<[T; 5], String> {
+    let mut out = Vec::with_capacity(5);
+    for (dot, deq) in IQ_SYMBOLS {
+        let name = if dequantize { deq } else { dot };
+        out.push(get(name.to_str().map_err(|e| e.to_string())?)?);
+    }
+    out.try_into().map_err(|_| "five IQ symbols".to_string())
+}
+
 /// C-ABI entry points of one implementation.
 #[derive(Clone, Copy)]
 pub struct CSymbols {
@@ -56,8 +147,11 @@ pub struct CSymbols {
     pub mul_mat_q1_0_q8_0: Option<MulMatFn>,
     pub vec_dot_tq2_0_q8_k: VecDotFn,
     pub dequantize_row_tq2_0: DequantizeRowFn,
-    /// Stock only (we do not replace it: ours would not be faster); makes realistic q8_K inputs.
-    pub quantize_row_q8_k: Option<QuantizeRowFn>,
+    /// The IQ formats, in the order of `interpose::IQ_SYMBOLS`.
+    pub vec_dot_iq: [VecDotFn; 5],
+    pub dequantize_row_iq: [DequantizeRowFn; 5],
+    /// Stock's also makes the realistic q8_K inputs of the q8_K formats' cases.
+    pub quantize_row_q8_k: QuantizeRowFn,
 }
 
 impl CSymbols {
@@ -72,7 +166,9 @@ impl CSymbols {
             mul_mat_q1_0_q8_0: None,
             vec_dot_tq2_0_q8_k: stock.vec_dot("ggml_vec_dot_tq2_0_q8_K")?,
             dequantize_row_tq2_0: stock.dequantize_row("dequantize_row_tq2_0")?,
-            quantize_row_q8_k: Some(stock.quantize_row("quantize_row_q8_K")?),
+            vec_dot_iq: iq_symbols(false, |name| stock.vec_dot(name))?,
+            dequantize_row_iq: iq_symbols(true, |name| stock.dequantize_row(name))?,
+            quantize_row_q8_k: stock.quantize_row("quantize_row_q8_K")?,
         })
     }
 
@@ -110,8 +206,28 @@ impl CSymbols {
                 dequantize_row_tq2_0: *lib
                     .get::<DequantizeRowFn>(b"dequantize_row_tq2_0\0")
                     .map_err(|e| e.to_string())?,
-                quantize_row_q8_k: None,
+                vec_dot_iq: iq_symbols(false, |name| {
+                    lib.get::<VecDotFn>(name.as_bytes())
+                        .map(|f| *f)
+                        .map_err(|e| e.to_string())
+                })?,
+                dequantize_row_iq: iq_symbols(true, |name| {
+                    lib.get::<DequantizeRowFn>(name.as_bytes())
+                        .map(|f| *f)
+                        .map_err(|e| e.to_string())
+                })?,
+                quantize_row_q8_k: *lib
+                    .get::<QuantizeRowFn>(b"quantize_row_q8_K\0")
+                    .map_err(|e| e.to_string())?,
             })
+        }
+    }
+
+    /// The vec_dot and dequantize entries of a q8_K format.
+    pub fn k_format(&self, f: KFormat) -> (VecDotFn, DequantizeRowFn) {
+        match f {
+            KFormat::Tq2_0 => (self.vec_dot_tq2_0_q8_k, self.dequantize_row_tq2_0),
+            KFormat::Iq(i) => (self.vec_dot_iq[i], self.dequantize_row_iq[i]),
         }
     }
 }
@@ -158,28 +274,41 @@ impl Subject {
         }
     }
 
-    fn vec_dot_tq2_0(&self, n: i32, x: &[u8], y: &[u8], nrc: i32) -> f32 {
+    fn vec_dot_k(&self, f: KFormat, n: i32, x: &[u8], y: &[u8], nrc: i32) -> f32 {
         match self {
             Subject::Kernels(k) => {
                 let nb = if n > 0 { n as usize / 256 } else { 0 };
-                k.vec_dot_tq2_0_q8_k(
-                    blocks(&x[..nb * TQ2_0_BYTES]),
-                    blocks(&y[..nb * Q8_K_BYTES]),
-                )
+                let (x, y) = (&x[..nb * f.block_bytes()], blocks(&y[..nb * Q8_K_BYTES]));
+                match f {
+                    KFormat::Tq2_0 => k.vec_dot_tq2_0_q8_k(blocks(x), y),
+                    KFormat::Iq(0) => k.vec_dot_iq_q8_k::<BlockIQ2XXS>(blocks(x), y),
+                    KFormat::Iq(1) => k.vec_dot_iq_q8_k::<BlockIQ2XS>(blocks(x), y),
+                    KFormat::Iq(2) => k.vec_dot_iq_q8_k::<BlockIQ2S>(blocks(x), y),
+                    KFormat::Iq(3) => k.vec_dot_iq_q8_k::<BlockIQ3XXS>(blocks(x), y),
+                    KFormat::Iq(_) => k.vec_dot_iq_q8_k::<BlockIQ3S>(blocks(x), y),
+                }
             }
-            Subject::C { symbols, .. } => call_vec_dot(symbols.vec_dot_tq2_0_q8_k, n, x, y, nrc),
+            Subject::C { symbols, .. } => call_vec_dot(symbols.k_format(f).0, n, x, y, nrc),
         }
     }
 
-    fn dequantize_tq2_0(&self, x: &[u8], y: &mut [f32], k: i64) {
+    fn dequantize_k(&self, f: KFormat, x: &[u8], y: &mut [f32], k: i64) {
         match self {
             Subject::Kernels(kern) => {
                 let nb = (k.max(0) / 256) as usize;
-                kern.dequantize_row_tq2_0(blocks(&x[..nb * TQ2_0_BYTES]), &mut y[..nb * 256])
+                let (x, y) = (&x[..nb * f.block_bytes()], &mut y[..nb * 256]);
+                match f {
+                    KFormat::Tq2_0 => kern.dequantize_row_tq2_0(blocks(x), y),
+                    KFormat::Iq(0) => kern.dequantize_row_iq::<BlockIQ2XXS>(blocks(x), y),
+                    KFormat::Iq(1) => kern.dequantize_row_iq::<BlockIQ2XS>(blocks(x), y),
+                    KFormat::Iq(2) => kern.dequantize_row_iq::<BlockIQ2S>(blocks(x), y),
+                    KFormat::Iq(3) => kern.dequantize_row_iq::<BlockIQ3XXS>(blocks(x), y),
+                    KFormat::Iq(_) => kern.dequantize_row_iq::<BlockIQ3S>(blocks(x), y),
+                }
             }
             // SAFETY: `x` holds `k/256` blocks and `y` room for `k` floats (the case builder's sizes).
             Subject::C { symbols, .. } => unsafe {
-                (symbols.dequantize_row_tq2_0)(x.as_ptr() as *const c_void, y.as_mut_ptr(), k)
+                (symbols.k_format(f).1)(x.as_ptr() as *const c_void, y.as_mut_ptr(), k)
             },
         }
     }
@@ -206,6 +335,19 @@ impl Subject {
             // SAFETY: `x` holds at least `k` floats and `y` room for `k/32` blocks (the case builder's sizes).
             Subject::C { symbols, .. } => unsafe {
                 (symbols.quantize_row_q8_0)(x.as_ptr(), y.as_mut_ptr() as *mut c_void, k)
+            },
+        }
+    }
+
+    fn quantize_k(&self, x: &[f32], y: &mut [u8], k: i64) {
+        match self {
+            Subject::Kernels(kern) => {
+                let nb = (k.max(0) / 256) as usize;
+                kern.quantize_row_q8_k(&x[..nb * 256], blocks_mut(&mut y[..nb * Q8_K_BYTES]))
+            }
+            // SAFETY: `x` holds at least `k` floats and `y` room for `k/256` blocks (the case builder's sizes).
+            Subject::C { symbols, .. } => unsafe {
+                (symbols.quantize_row_q8_k)(x.as_ptr(), y.as_mut_ptr() as *mut c_void, k)
             },
         }
     }
@@ -525,25 +667,35 @@ pub fn run(
                 |j, o, d| reports[6 * per_symbol + j].record(o, || d),
             );
         }
-        // quantize_row_q8_0
-        {
-            let nb = gen.row_blocks(32).min(160);
+        // quantize_row_q8_0 and quantize_row_q8_K: the same float inputs and output checks (a sentinel block
+        // past the last whole one).
+        for (qk, bytes, symbol) in [
+            (32, Q8_0_BYTES, "quantize_row_q8_0"),
+            (256, Q8_K_BYTES, "quantize_row_q8_K"),
+        ] {
+            let slot = symbol_index(symbol);
+            let nb = gen.row_blocks(qk).min(5120 / qk);
             let tail = if gen.rng.gen_ratio(1, 8) {
-                gen.rng.gen_range(1..32)
+                gen.rng.gen_range(1..qk)
             } else {
                 0
             };
-            let k = nb * 32 + tail;
+            let k = nb * qk + tail;
             let shift = gen.rng.gen_range(0..8);
             let mut xs = vec![0f32; k + shift];
             gen.activations(k, &mut xs[shift..]);
             let x = &xs[shift..];
-            let out_len = (nb + 1) * Q8_0_BYTES;
+            let out_len = (nb + 1) * bytes;
             let mut want = Unaligned::new(out_len, gen.rng.gen_range(0..64));
             want.bytes_mut().fill(0xaa);
-            // SAFETY: `x` has `k` floats, `want` room for `k/32` blocks plus the sentinel block.
+            let stock_quantize = if qk == 32 {
+                st.quantize_row_q8_0
+            } else {
+                st.quantize_row_q8_k
+            };
+            // SAFETY: `x` has `k` floats, `want` room for `k/qk` blocks plus the sentinel block.
             unsafe {
-                (st.quantize_row_q8_0)(
+                (stock_quantize)(
                     x.as_ptr(),
                     want.bytes_mut().as_mut_ptr() as *mut c_void,
                     k as i64,
@@ -552,18 +704,22 @@ pub fn run(
             for (j, s) in subjects.iter().enumerate() {
                 let mut got = Unaligned::new(out_len, gen.rng.gen_range(0..64));
                 got.bytes_mut().fill(0xaa);
-                s.quantize(x, got.bytes_mut(), k as i64);
+                if qk == 32 {
+                    s.quantize(x, got.bytes_mut(), k as i64);
+                } else {
+                    s.quantize_k(x, got.bytes_mut(), k as i64);
+                }
                 let o = if got.bytes() == want.bytes() {
                     Outcome::Equal
                 } else {
                     Outcome::Differ
                 };
-                reports[per_symbol + j].record(o, || {
+                reports[slot * per_symbol + j].record(o, || {
                     let at = got.bytes().iter().zip(want.bytes()).position(|(a, b)| a != b).unwrap_or(0);
-                    let blk = at / Q8_0_BYTES;
+                    let blk = at / bytes;
                     format!(
                         "case {case}: k={k}: first differing byte {at} (block {blk}); input block {:?}",
-                        &x[(blk * 32).min(k)..((blk + 1) * 32).min(k)]
+                        &x[(blk * qk).min(k)..((blk + 1) * qk).min(k)]
                     )
                 });
             }
@@ -661,9 +817,11 @@ pub fn run(
                 });
             }
         }
-        // ggml_vec_dot_tq2_0_q8_K: activations quantized by stock's own quantize_row_q8_K (realistic and
-        // edge floats), or q8_K bytes built directly (−128 runs, arbitrary bsums that make stock's i16 lanes wrap).
-        {
+        // The q8_K formats: activations quantized by stock's own quantize_row_q8_K (realistic and edge floats), or
+        // q8_K bytes built directly (−128 runs, arbitrary bsums that make stock's TQ2_0 i16 lanes wrap).
+        for f in KFormat::ALL {
+            let at = f.symbol_index() * per_symbol;
+            let (stock_dot, stock_dequantize) = st.k_format(f);
             let nb = gen.row_blocks(256).min(48);
             let tail = if gen.rng.gen_ratio(1, 8) {
                 gen.rng.gen_range(1..256)
@@ -672,19 +830,15 @@ pub fn run(
             };
             let n = (nb * 256 + tail) as i32;
             let nrc = if gen.rng.gen_ratio(1, 16) { 2 } else { 1 };
-            let mut x = Unaligned::new(nb * TQ2_0_BYTES, gen.rng.gen_range(0..64));
+            let mut x = Unaligned::new(nb * f.block_bytes(), gen.rng.gen_range(0..64));
             let mut y = Unaligned::new(nb * Q8_K_BYTES, gen.rng.gen_range(0..64));
-            gen.tq2_0_row(nb, x.bytes_mut());
-            gen.q8_k_row(
-                nb,
-                y.bytes_mut(),
-                st.quantize_row_q8_k.expect("stock quantizer"),
-            );
-            let want = call_vec_dot(st.vec_dot_tq2_0_q8_k, n, x.bytes(), y.bytes(), nrc);
+            f.fill(&mut gen, nb, x.bytes_mut());
+            gen.q8_k_row(nb, y.bytes_mut(), st.quantize_row_q8_k);
+            let want = call_vec_dot(stock_dot, n, x.bytes(), y.bytes(), nrc);
             for (j, s) in subjects.iter().enumerate() {
-                let got = s.vec_dot_tq2_0(n, x.bytes(), y.bytes(), nrc);
+                let got = s.vec_dot_k(f, n, x.bytes(), y.bytes(), nrc);
                 let (o, _) = compare_f32(&[got], &[want]);
-                reports[7 * per_symbol + j].record(o, || {
+                reports[at + j].record(o, || {
                     format!(
                         "case {case}: n={n}: ours {got:e} ({:#010x}) stock {want:e} ({:#010x})",
                         got.to_bits(),
@@ -692,23 +846,15 @@ pub fn run(
                     )
                 });
             }
-        }
-        // dequantize_row_tq2_0
-        {
-            let nb = gen.row_blocks(256).min(16);
-            let tail = if gen.rng.gen_ratio(1, 8) {
-                gen.rng.gen_range(1..256)
-            } else {
-                0
-            };
+
+            // dequantize_row_*
+            let nb = nb.min(16);
             let k = nb * 256 + tail;
-            let mut x = Unaligned::new(nb * TQ2_0_BYTES, gen.rng.gen_range(0..64));
-            gen.tq2_0_row(nb, x.bytes_mut());
             let sentinel = f32::from_bits(0x7fa5_a5a5);
             let mut want = vec![sentinel; nb * 256 + 256];
-            // SAFETY: `x` has `k/256` blocks, `want` room for them plus a sentinel block.
+            // SAFETY: `x` has at least `k/256` blocks, `want` room for them plus a sentinel block.
             unsafe {
-                (st.dequantize_row_tq2_0)(
+                stock_dequantize(
                     x.bytes().as_ptr() as *const c_void,
                     want.as_mut_ptr(),
                     k as i64,
@@ -716,12 +862,12 @@ pub fn run(
             };
             for (j, s) in subjects.iter().enumerate() {
                 let mut got = vec![sentinel; nb * 256 + 256];
-                s.dequantize_tq2_0(x.bytes(), &mut got, k as i64);
-                let (o, at) = compare_f32(&got, &want);
-                reports[8 * per_symbol + j].record(o, || {
+                s.dequantize_k(f, x.bytes(), &mut got, k as i64);
+                let (o, at_value) = compare_f32(&got, &want);
+                reports[at + per_symbol + j].record(o, || {
                     format!(
-                        "case {case}: k={k}: value {at}: ours {:e} stock {:e}",
-                        got[at], want[at]
+                        "case {case}: k={k}: value {at_value}: ours {:e} stock {:e}",
+                        got[at_value], want[at_value]
                     )
                 });
             }

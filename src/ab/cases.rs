@@ -175,6 +175,29 @@ impl Gen {
         }
     }
 
+    /// Blocks of IQ format `format` (`interpose::IQ_SYMBOLS` order; `bytes` per block, the f16 scale first):
+    /// every byte value in every position as cases advance, every weight negative (so q8 = −128 is negated),
+    /// or random; realistic or special f16 scales.
+    pub fn iq_row(&mut self, format: usize, bytes: usize, nb: usize, out: &mut [u8]) {
+        let style = self.rng.gen_range(0..4);
+        let case = self.case;
+        for b in 0..nb {
+            let blk = &mut out[b * bytes..(b + 1) * bytes];
+            let d = self.realistic_weight_scale();
+            let d = self.f16_scale(d);
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            for (j, q) in blk[2..].iter_mut().enumerate() {
+                *q = match style {
+                    0 => ((case as usize + 7 * b + 31 * j) % 256) as u8,
+                    _ => self.rng.gen(),
+                };
+            }
+            if style == 1 {
+                all_negative(format, &mut blk[2..]);
+            }
+        }
+    }
+
     /// q8_K blocks (292 bytes): mostly activations quantized by `quantize` (stock's own `quantize_row_q8_K`,
     /// so the bsums are the quantizer's), sometimes bytes built directly: all −128 quants with consistent
     /// bsums, or random quants with arbitrary bsums (stock's i16 lanes then wrap) and arbitrary `d` bits.
@@ -295,4 +318,36 @@ impl Gen {
 /// Values per row for a case with `nb` Q2_0 blocks.
 pub fn q2_0_row_len(nb: usize) -> usize {
     nb * QK2_0
+}
+
+/// Sets every sign of an IQ block (the bytes after its f16 scale) to negative: the raw sign bytes of IQ2_S and
+/// IQ3_S, the 7-bit sign fields of the others (all ones: `ksigns_iq2xs[127]` is 0xff).
+pub fn all_negative(format: usize, blk: &mut [u8]) {
+    match format {
+        // IQ2_XXS: bits 0..28 of each chunk's second word
+        0 => {
+            for ib in 0..8 {
+                let w = u32::from_le_bytes(blk[8 * ib + 4..8 * ib + 8].try_into().unwrap());
+                blk[8 * ib + 4..8 * ib + 8].copy_from_slice(&(w | 0x0fff_ffff).to_le_bytes());
+            }
+        }
+        // IQ2_XS: the top 7 bits of each word
+        1 => {
+            for g in 0..32 {
+                blk[2 * g + 1] |= 0xfe;
+            }
+        }
+        // IQ2_S: qs[32..64]
+        2 => blk[32..64].fill(0xff),
+        // IQ3_XXS: bits 0..28 of the eight words at qs[64..96]
+        3 => {
+            for ib in 0..8 {
+                let at = 64 + 4 * ib;
+                let w = u32::from_le_bytes(blk[at..at + 4].try_into().unwrap());
+                blk[at..at + 4].copy_from_slice(&(w | 0x0fff_ffff).to_le_bytes());
+            }
+        }
+        // IQ3_S: signs[32] after qs[64] and qh[8]
+        _ => blk[72..104].fill(0xff),
+    }
 }

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// Weight types the library accelerates; a model whose matrices are all something else is refused.
-pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 2] = [(42, "q2_0"), (41, "q1_0")];
+pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 3] = [(42, "q2_0"), (41, "q1_0"), (22, "iq2_s")];
 
 /// Checks that `model` is a GGUF whose matrices include a type this library serves.
 pub fn check_model(model: &Path) -> Result<(), String> {
@@ -33,7 +33,7 @@ pub fn check_model(model: &Path) -> Result<(), String> {
         ));
     }
     Err(format!(
-        "{}: no tensor of a type ggml-lowbit serves (it has ggml types {seen:?}; supported: q2_0 = 42, q1_0 = 41)",
+        "{}: no tensor of a type ggml-lowbit serves (it has ggml types {seen:?}; supported: q2_0 = 42, q1_0 = 41, iq2_s = 22)",
         model.display()
     ))
 }

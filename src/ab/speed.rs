@@ -12,7 +12,7 @@ use std::time::Instant;
 use rand::Rng;
 
 use super::bits::MulMatFn;
-use super::cases::{Gen, Q8_0_BYTES};
+use super::cases::{Gen, Q8_0_BYTES, Q8_K_BYTES};
 use crate::formats::blocks_mut;
 use crate::formats::q8_k::{quantize_row_q8_k_model, BlockQ8K, QK_K};
 use crate::model::WeightType;
@@ -72,7 +72,7 @@ impl MatVec {
         // Rows are generated in parallel from per-row seeds so 151669-row matrices take well under a second.
         format.fill(&mut weights, cols, 0.03, seed);
         let mut g = Gen::new(seed.wrapping_add(1));
-        let act = if format == WeightType::Tq2_0 {
+        let act = if format.q8_k_activations() {
             // q8_K, quantized from random activations with ggml's own quantizer (the model of it).
             let x: Vec<f32> = (0..cols).map(|_| g.rng.gen_range(-1.0f32..1.0)).collect();
             let mut y = vec![BlockQ8K::default(); cols / QK_K];
@@ -369,8 +369,10 @@ impl SpeedRow {
     }
 }
 
-/// Interleaved timing of `quantize_row_q8_0` on one activation of `cols` floats (many calls per sample).
+/// Interleaved timing of `symbol` (`quantize_row_q8_0`, blocks of 32 floats in 34 bytes, or
+/// `quantize_row_q8_K`, 256 in 292) on one activation of `cols` floats (many calls per sample).
 pub fn time_quantize(
+    symbol: &str,
     cols: usize,
     ours: QuantizeRowFn,
     stock: QuantizeRowFn,
@@ -378,13 +380,18 @@ pub fn time_quantize(
 ) -> Result<SpeedRow, String> {
     let mut g = Gen::new(7);
     let x: Vec<f32> = (0..cols).map(|_| g.rng.gen_range(-3.0f32..3.0)).collect();
-    let mut ya = vec![0u8; cols / 32 * Q8_0_BYTES];
+    let (qk, bytes) = if symbol == "quantize_row_q8_K" {
+        (256, Q8_K_BYTES)
+    } else {
+        (32, Q8_0_BYTES)
+    };
+    let mut ya = vec![0u8; cols / qk * bytes];
     let mut yb = ya.clone();
     let calls = (4_000_000 / cols).max(1);
     let once = |f: QuantizeRowFn, y: &mut [u8]| {
         let t = Instant::now();
         for _ in 0..calls {
-            // SAFETY: `x` has `cols` floats and `y` room for `cols/32` blocks.
+            // SAFETY: `x` has `cols` floats and `y` room for `cols/qk` blocks.
             unsafe { f(x.as_ptr(), y.as_mut_ptr() as *mut c_void, cols as i64) };
         }
         t.elapsed().as_secs_f64() * 1e3 / calls as f64
@@ -392,17 +399,8 @@ pub fn time_quantize(
     once(ours, &mut ya);
     once(stock, &mut yb);
     if ya != yb {
-        return Err(format!(
-            "quantize_row_q8_0 {cols}: output differs from stock"
-        ));
+        return Err(format!("{symbol} {cols}: output differs from stock"));
     }
     let (mo, ms) = interleaved(reps, || once(ours, &mut ya), || once(stock, &mut yb));
-    Ok(SpeedRow::new(
-        "quantize_row_q8_0",
-        format!("1x{cols}"),
-        1,
-        reps,
-        mo,
-        ms,
-    ))
+    Ok(SpeedRow::new(symbol, format!("1x{cols}"), 1, reps, mo, ms))
 }

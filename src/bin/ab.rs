@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use ggml_lowbit::ab::bits::{self, CSymbols, Subject, SymbolReport};
+use ggml_lowbit::ab::bits::{self, CSymbols, KFormat, Subject, SymbolReport};
 use ggml_lowbit::ab::fork;
 use ggml_lowbit::ab::speed::{self, MatVec, SpeedRow, BONSAI2_SHAPES, BONSAI_8B_SHAPES};
 use ggml_lowbit::model::WeightType;
@@ -729,9 +729,15 @@ fn cmd_speed(
         "ggml_vec_dot_q2_0_q8_0",
         "ggml_lowbit_mul_mat_q2_0_q8_0",
         "quantize_row_q8_0",
+        "quantize_row_q8_K",
         "ggml_vec_dot_q1_0_q8_0",
         "ggml_lowbit_mul_mat_q1_0_q8_0",
         "ggml_vec_dot_tq2_0_q8_K",
+        "ggml_vec_dot_iq2_xxs_q8_K",
+        "ggml_vec_dot_iq2_xs_q8_K",
+        "ggml_vec_dot_iq2_s_q8_K",
+        "ggml_vec_dot_iq3_xxs_q8_K",
+        "ggml_vec_dot_iq3_s_q8_K",
         "ggml_vec_dot_pq2_0_q8_0",
         "ggml_vec_dot_ptq1_0_q8_0",
     ];
@@ -819,18 +825,29 @@ fn cmd_speed(
             baseline_name: stock_name.clone(),
         });
     }
-    if wants("ggml_vec_dot_tq2_0_q8_K") {
+    for (format, kf) in [
+        (WeightType::Tq2_0, KFormat::Tq2_0),
+        (WeightType::Iq2Xxs, KFormat::Iq(0)),
+        (WeightType::Iq2Xs, KFormat::Iq(1)),
+        (WeightType::Iq2S, KFormat::Iq(2)),
+        (WeightType::Iq3Xxs, KFormat::Iq(3)),
+        (WeightType::Iq3S, KFormat::Iq(4)),
+    ] {
+        let symbol = kf.vec_dot_symbol();
+        if !wants(symbol) {
+            continue;
+        }
         if let Some((r, c)) = shapes.iter().find(|(_, c)| c % 256 != 0) {
             return Err(format!(
-                "{r}x{c}: ggml_vec_dot_tq2_0_q8_K needs columns in whole blocks of 256"
+                "{r}x{c}: {symbol} needs columns in whole blocks of 256"
             ));
         }
         jobs.push(SpeedJob {
-            symbol: "ggml_vec_dot_tq2_0_q8_K",
-            format: WeightType::Tq2_0,
+            symbol,
+            format,
             shapes: shapes.clone(),
-            ours: ours.vec_dot_tq2_0_q8_k,
-            baseline: st.vec_dot_tq2_0_q8_k,
+            ours: ours.k_format(kf).0,
+            baseline: st.k_format(kf).0,
             baseline_name: stock_name.clone(),
         });
     }
@@ -914,13 +931,28 @@ fn cmd_speed(
         }
     }
     bar.finish_and_clear();
-    if wants("quantize_row_q8_0") {
+    for (symbol, qk, ours_fn, stock_fn) in [
+        (
+            "quantize_row_q8_0",
+            32,
+            ours.quantize_row_q8_0,
+            st.quantize_row_q8_0,
+        ),
+        (
+            "quantize_row_q8_K",
+            256,
+            ours.quantize_row_q8_k,
+            st.quantize_row_q8_k,
+        ),
+    ] {
+        if !wants(symbol) {
+            continue;
+        }
         let mut cols: Vec<usize> = shapes.iter().map(|&(_, c)| c).collect();
         cols.sort_unstable();
         cols.dedup();
-        for c in cols {
-            let mut row =
-                speed::time_quantize(c, ours.quantize_row_q8_0, st.quantize_row_q8_0, reps)?;
+        for c in cols.into_iter().filter(|c| c % qk == 0) {
+            let mut row = speed::time_quantize(symbol, c, ours_fn, stock_fn, reps)?;
             row.baseline = stock_name.clone();
             rows.push(row);
         }

@@ -1,4 +1,11 @@
 //! One module per ggml format: block layout, decode, and the scalar model of each stock float order.
+pub mod iq;
+pub mod iq2_s;
+pub mod iq2_xs;
+pub mod iq2_xxs;
+pub mod iq3_s;
+pub mod iq3_xxs;
+pub mod iq_grids;
 pub mod pq2_0;
 pub mod ptq1_0;
 pub mod q1_0;
@@ -41,3 +48,13 @@ unsafe impl RawBlock for q1_0::BlockQ1_0 {}
 unsafe impl RawBlock for q8_k::BlockQ8K {}
 // SAFETY: as above.
 unsafe impl RawBlock for tq2_0::BlockTQ2_0 {}
+// SAFETY: as above.
+unsafe impl RawBlock for iq2_s::BlockIQ2S {}
+// SAFETY: as above.
+unsafe impl RawBlock for iq2_xxs::BlockIQ2XXS {}
+// SAFETY: as above.
+unsafe impl RawBlock for iq2_xs::BlockIQ2XS {}
+// SAFETY: as above.
+unsafe impl RawBlock for iq3_xxs::BlockIQ3XXS {}
+// SAFETY: as above.
+unsafe impl RawBlock for iq3_s::BlockIQ3S {}

@@ -8,7 +8,8 @@
 //! per block the value of largest magnitude (the first one on ties, `fabsf(x) > amax`), `iscale = −127/max`,
 //! each quant `min(127, nearest_int(iscale·x))` where `nearest_int` adds 1.5·2^23 and reads the low mantissa
 //! bits (round to nearest even, and for huge or non-finite products whatever those bits say), stored as
-//! `int8_t`; `d = 1/iscale`; an all-zero block (`amax == 0`) is all zeros with `d = 0`.
+//! `int8_t`; `d = 1/iscale`; an all-zero block (`amax == 0`) gets zero quants and `d = 0`, and its `bsums` are left as
+//! they were (stock does not write them).
 
 pub const QK_K: usize = 256;
 
@@ -65,7 +66,8 @@ pub fn quantize_row_q8_k_model(x: &[f32], y: &mut [BlockQ8K]) {
             }
         }
         if amax == 0.0 {
-            *out = BlockQ8K::default();
+            out.d = [0; 4];
+            out.qs = [0; QK_K];
             continue;
         }
         let iscale = -127.0f32 / max;
@@ -113,7 +115,7 @@ mod tests {
     }
 
     #[test]
-    fn all_zero_block_is_zero() {
+    fn all_zero_block_zeroes_quants_and_scale_but_leaves_bsums() {
         let x = [0f32; 256];
         let mut y = [BlockQ8K {
             d: [1; 4],
@@ -121,6 +123,8 @@ mod tests {
             bsums: [7; 32],
         }];
         quantize_row_q8_k_model(&x, &mut y);
-        assert_eq!(y[0], BlockQ8K::default());
+        assert_eq!(y[0].d, [0; 4]);
+        assert_eq!(y[0].qs, [0; 256]);
+        assert_eq!(y[0].bsums, [7; 32]);
     }
 }

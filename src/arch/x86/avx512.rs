@@ -17,6 +17,15 @@
 use std::arch::x86_64::*;
 
 use super::pipelined;
+use crate::formats::iq::{self, IqBlock};
+use crate::formats::iq2_s::BlockIQ2S;
+use crate::formats::iq2_xs::BlockIQ2XS;
+use crate::formats::iq2_xxs::BlockIQ2XXS;
+use crate::formats::iq3_s::BlockIQ3S;
+use crate::formats::iq3_xxs::BlockIQ3XXS;
+use crate::formats::iq_grids::{
+    IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+};
 use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
 use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
 use crate::formats::q1_0::{self, BlockQ1_0};
@@ -1118,4 +1127,491 @@ pub unsafe fn dequantize_row_q2_0(x: &[BlockQ2_0], y: &mut [f32]) {
 pub unsafe fn quantize_row_q8_0<const AVX_ORDER: bool>(x: &[f32], y: &mut [BlockQ8_0]) {
     // SAFETY: the AVX2 kernel's features are a subset of this function's.
     unsafe { super::avx2::quantize_row_q8_0::<AVX_ORDER>(x, y) }
+}
+
+/// One IQ format's block decode for `vec_dot_iq_q8_k`: the weights' magnitudes, signs and scales, each
+/// format from its own fields (`formats/iq*.rs`).
+pub trait IqDecode: IqBlock {
+    /// The 256 grid magnitudes (unsigned bytes) in element order, 64 per zmm.
+    ///
+    /// # Safety
+    /// The calling kernel enables AVX-512 F/BW/VL/VBMI.
+    unsafe fn magnitudes(&self) -> [__m512i; 4];
+    /// The 32 sign bytes (bit `e % 8` of byte `e / 8` set: element `e` is negative): the block's own bytes
+    /// where it stores them so, else computed into `scratch`. Read per 64 weights as a k-mask from memory
+    /// (holding four masks in registers across the grid lookups cost the lookups registers).
+    ///
+    /// # Safety
+    /// As `magnitudes`.
+    unsafe fn sign_bytes<'a>(&'a self, scratch: &'a mut [u8; 32]) -> &'a [u8; 32];
+    /// The scales `2·nibble + 1`, byte `k` for elements `16k..16k+16`.
+    ///
+    /// # Safety
+    /// As `magnitudes`.
+    unsafe fn scale_bytes(&self) -> __m128i;
+}
+
+/// The grid entries of 32 eight-byte indices held four to a qword in `words`, each one scalar load from
+/// `table`, eight assembled per zmm. Taking the indices out four at a time as qwords and splitting them with
+/// shifts costs fewer shuffle micro-ops than a `vpextrw` per index; alternatives measured slower or no faster
+/// (`docs/iq.md`): `vpgatherqq`, masked broadcast loads, broadcasts merged by blends, a stack buffer of entries
+/// filled a block ahead.
+///
+/// # Safety
+/// Every index (the low 16 bits of each word field) is inside `table`.
+#[inline(always)]
+unsafe fn iq_entries_u64(words: &[u64; 8], table: *const i64) -> [__m512i; 4] {
+    // SAFETY (whole body): indices inside `table` by the caller's contract; features are enabled by the calling
+    // kernel.
+    unsafe {
+        let e = |w: u64, k: u32| *table.add(((w >> (16 * k)) & 0xffff) as usize);
+        let mut out = [_mm512_setzero_si512(); 4];
+        for (c, o) in out.iter_mut().enumerate() {
+            let (w0, w1) = (words[2 * c], words[2 * c + 1]);
+            *o = _mm512_set_epi64(
+                e(w1, 3),
+                e(w1, 2),
+                e(w1, 1),
+                e(w1, 0),
+                e(w0, 3),
+                e(w0, 2),
+                e(w0, 1),
+                e(w0, 0),
+            );
+        }
+        out
+    }
+}
+
+/// As `iq_entries_u64` for 64 four-byte entries (the IQ3 grids), sixteen per zmm.
+///
+/// # Safety
+/// Every index is inside `table`.
+#[inline(always)]
+unsafe fn iq_entries_u32(words: &[u64; 16], table: *const i32) -> [__m512i; 4] {
+    // SAFETY (whole body): indices inside `table` by the caller's contract; features are enabled by the calling
+    // kernel.
+    unsafe {
+        let e = |w: u64, k: u32| *table.add(((w >> (16 * k)) & 0xffff) as usize);
+        let mut out = [_mm512_setzero_si512(); 4];
+        for (c, o) in out.iter_mut().enumerate() {
+            let w = &words[4 * c..4 * c + 4];
+            *o = _mm512_set_epi32(
+                e(w[3], 3),
+                e(w[3], 2),
+                e(w[3], 1),
+                e(w[3], 0),
+                e(w[2], 3),
+                e(w[2], 2),
+                e(w[2], 1),
+                e(w[2], 0),
+                e(w[1], 3),
+                e(w[1], 2),
+                e(w[1], 1),
+                e(w[1], 0),
+                e(w[0], 3),
+                e(w[0], 2),
+                e(w[0], 1),
+                e(w[0], 0),
+            );
+        }
+        out
+    }
+}
+
+/// A zmm of 32 word indices as qwords of four.
+#[inline(always)]
+unsafe fn index_words(v: __m512i) -> [u64; 8] {
+    let mut words = [0u64; 8];
+    // SAFETY: a 64-byte store into a 64-byte local; features are enabled by the calling kernel.
+    unsafe { _mm512_storeu_si512(words.as_mut_ptr() as *mut _, v) };
+    words
+}
+
+/// The 32 sign bytes in `v`, stored in `scratch`.
+#[inline(always)]
+unsafe fn store_signs(v: __m256i, scratch: &mut [u8; 32]) -> &[u8; 32] {
+    // SAFETY: a 32-byte store into a 32-byte buffer; features are enabled by the calling kernel.
+    unsafe { _mm256_storeu_si256(scratch.as_mut_ptr() as *mut _, v) };
+    scratch
+}
+
+/// `ksigns_iq2xs` of the 7-bit fields in the bytes of `fields` (bit 7 ignored): one `vpermi2b` over the
+/// 128-byte table.
+#[inline(always)]
+unsafe fn ksigns(fields: __m512i) -> __m512i {
+    // SAFETY: loads of the two 64-byte halves of a 128-byte static; features are enabled by the calling
+    // kernel.
+    unsafe {
+        let lo = _mm512_loadu_si512(KSIGNS_IQ2XS.as_ptr() as *const _);
+        let hi = _mm512_loadu_si512(KSIGNS_IQ2XS.as_ptr().add(64) as *const _);
+        _mm512_permutex2var_epi8(lo, fields, hi)
+    }
+}
+
+/// Eight nibble pairs (`bytes`, low nibble first) as sixteen scales `2·nibble + 1` in nibble order.
+#[inline(always)]
+unsafe fn nibble_scales(bytes: __m128i) -> __m128i {
+    // SAFETY: register operations; features are enabled by the calling kernel.
+    unsafe {
+        let w = _mm_cvtepu8_epi16(bytes);
+        // word k = lo_k | hi_k << 8
+        let nib = _mm_ternarylogic_epi32::<0xf8>(
+            _mm_and_si128(w, _mm_set1_epi16(0x0f)),
+            _mm_slli_epi16::<4>(w),
+            _mm_set1_epi16(0x0f00),
+        );
+        _mm_add_epi8(_mm_add_epi8(nib, nib), _mm_set1_epi8(1))
+    }
+}
+
+/// Eight per-chunk nibbles (`bytes`, one per byte) as sixteen scales, each chunk's twice.
+#[inline(always)]
+unsafe fn chunk_scales(bytes: __m128i) -> __m128i {
+    // SAFETY: register operations; features are enabled by the calling kernel.
+    unsafe {
+        let b = _mm_unpacklo_epi8(bytes, bytes);
+        _mm_add_epi8(_mm_add_epi8(b, b), _mm_set1_epi8(1))
+    }
+}
+
+/// `vpmultishiftqb` control that puts bits `2g..2g+8` of the IQ2_S `qh` qword in the high byte of word `g`.
+const IQ2S_QH_SHIFT: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut g = 0;
+    while g < 32 {
+        t[2 * g + 1] = (2 * g) as u8;
+        g += 1;
+    }
+    t
+};
+
+impl IqDecode for BlockIQ2S {
+    #[inline(always)]
+    unsafe fn magnitudes(&self) -> [__m512i; 4] {
+        // SAFETY (whole body): the loads read `qs[0..32]` and `qh` of the block; the indices
+        // `qs[g] | ((qh >> 2g) & 3) << 8` are 10 bits, inside the 1024-entry grid.
+        unsafe {
+            let low = _mm512_cvtepu8_epi16(_mm256_loadu_si256(self.qs.as_ptr() as *const __m256i));
+            let qh = _mm512_set1_epi64(u64::from_le_bytes(self.qh) as i64);
+            let ctrl = _mm512_loadu_si512(IQ2S_QH_SHIFT.as_ptr() as *const _);
+            let high = _mm512_multishift_epi64_epi8(ctrl, qh);
+            // (high & 0x0300) | low
+            let idx = _mm512_ternarylogic_epi32::<0xf8>(low, high, _mm512_set1_epi16(0x0300));
+            iq_entries_u64(&index_words(idx), IQ2S_GRID.as_ptr() as *const i64)
+        }
+    }
+    #[inline(always)]
+    unsafe fn sign_bytes<'a>(&'a self, _: &'a mut [u8; 32]) -> &'a [u8; 32] {
+        self.qs[32..].try_into().unwrap()
+    }
+    #[inline(always)]
+    unsafe fn scale_bytes(&self) -> __m128i {
+        // SAFETY: an 8-byte load of `scales`.
+        unsafe { nibble_scales(_mm_loadl_epi64(self.scales.as_ptr() as *const __m128i)) }
+    }
+}
+
+impl IqDecode for BlockIQ2XS {
+    #[inline(always)]
+    unsafe fn magnitudes(&self) -> [__m512i; 4] {
+        // SAFETY (whole body): a 64-byte load of `qs`; indices `qs[g] & 511` are inside the 512-entry grid.
+        unsafe {
+            let w = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
+            let idx = _mm512_and_si512(w, _mm512_set1_epi16(511));
+            iq_entries_u64(&index_words(idx), IQ2XS_GRID.as_ptr() as *const i64)
+        }
+    }
+    #[inline(always)]
+    unsafe fn sign_bytes<'a>(&'a self, scratch: &'a mut [u8; 32]) -> &'a [u8; 32] {
+        // SAFETY: a 64-byte load of `qs`; the rest are register operations.
+        unsafe {
+            let w = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
+            let fields = _mm512_cvtepi16_epi8(_mm512_srli_epi16::<9>(w));
+            store_signs(
+                _mm512_castsi512_si256(ksigns(_mm512_castsi256_si512(fields))),
+                scratch,
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn scale_bytes(&self) -> __m128i {
+        // SAFETY: an 8-byte load of `scales`.
+        unsafe { nibble_scales(_mm_loadl_epi64(self.scales.as_ptr() as *const __m128i)) }
+    }
+}
+
+/// `vpmultishiftqb` control for IQ2_XXS: byte `l` (0..4) of each qword takes the sign field at bit `32 + 7l`.
+const IQ2XXS_SIGN_SHIFT: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut b = 0;
+    while b < 64 {
+        if b % 8 < 4 {
+            t[b] = (32 + 7 * (b % 8)) as u8;
+        }
+        b += 1;
+    }
+    t
+};
+
+/// `vpmultishiftqb` control for IQ3_XXS: byte `l` (0..4) of each qword takes the sign field at bit `7l`.
+const IQ3XXS_SIGN_SHIFT: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut b = 0;
+    while b < 64 {
+        if b % 8 < 4 {
+            t[b] = (7 * (b % 8)) as u8;
+        }
+        b += 1;
+    }
+    t
+};
+
+impl IqDecode for BlockIQ2XXS {
+    #[inline(always)]
+    unsafe fn magnitudes(&self) -> [__m512i; 4] {
+        // SAFETY (whole body): a 64-byte load of `qs`; the indices are bytes, inside the 256-entry grid.
+        unsafe {
+            let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
+            // The low dword of each chunk's qword holds its four index bytes.
+            let idx = _mm512_cvtepu8_epi16(_mm512_cvtepi64_epi32(q));
+            iq_entries_u64(&index_words(idx), IQ2XXS_GRID.as_ptr() as *const i64)
+        }
+    }
+    #[inline(always)]
+    unsafe fn sign_bytes<'a>(&'a self, scratch: &'a mut [u8; 32]) -> &'a [u8; 32] {
+        // SAFETY: a 64-byte load of `qs` and a static control; the rest are register operations.
+        unsafe {
+            let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
+            let ctrl = _mm512_loadu_si512(IQ2XXS_SIGN_SHIFT.as_ptr() as *const _);
+            let signs = ksigns(_mm512_multishift_epi64_epi8(ctrl, q));
+            store_signs(_mm512_cvtepi64_epi32(signs), scratch)
+        }
+    }
+    #[inline(always)]
+    unsafe fn scale_bytes(&self) -> __m128i {
+        // SAFETY: a 64-byte load of `qs`; the rest are register operations.
+        unsafe {
+            let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
+            chunk_scales(_mm512_cvtepi64_epi8(_mm512_srli_epi64::<60>(q)))
+        }
+    }
+}
+
+impl IqDecode for BlockIQ3XXS {
+    #[inline(always)]
+    unsafe fn magnitudes(&self) -> [__m512i; 4] {
+        // SAFETY (whole body): a 64-byte load of `qs[0..64]`; the indices are bytes, inside the 256-entry grid.
+        unsafe {
+            let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
+            let words = [
+                index_words(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(q))),
+                index_words(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(q))),
+            ];
+            let words: [u64; 16] = std::array::from_fn(|i| words[i / 8][i % 8]);
+            iq_entries_u32(&words, IQ3XXS_GRID.as_ptr() as *const i32)
+        }
+    }
+    #[inline(always)]
+    unsafe fn sign_bytes<'a>(&'a self, scratch: &'a mut [u8; 32]) -> &'a [u8; 32] {
+        // SAFETY: a 32-byte load of `qs[64..96]` and a static control; the rest are register operations.
+        unsafe {
+            let w = _mm512_cvtepu32_epi64(_mm256_loadu_si256(
+                self.qs.as_ptr().add(64) as *const __m256i
+            ));
+            let ctrl = _mm512_loadu_si512(IQ3XXS_SIGN_SHIFT.as_ptr() as *const _);
+            let signs = ksigns(_mm512_multishift_epi64_epi8(ctrl, w));
+            store_signs(_mm512_cvtepi64_epi32(signs), scratch)
+        }
+    }
+    #[inline(always)]
+    unsafe fn scale_bytes(&self) -> __m128i {
+        // SAFETY: a 32-byte load of `qs[64..96]`; the rest are register operations.
+        unsafe {
+            let w = _mm256_loadu_si256(self.qs.as_ptr().add(64) as *const __m256i);
+            chunk_scales(_mm256_cvtepi32_epi8(_mm256_srli_epi32::<28>(w)))
+        }
+    }
+}
+
+impl IqDecode for BlockIQ3S {
+    #[inline(always)]
+    unsafe fn magnitudes(&self) -> [__m512i; 4] {
+        // SAFETY (whole body): loads of `qs` and `qh`; the indices `qs[k] | bit k of qh << 8` are 9 bits, inside
+        // the 512-entry grid.
+        unsafe {
+            let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
+            let qh = u64::from_le_bytes(self.qh);
+            let high = _mm512_set1_epi16(0x100);
+            let lo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q));
+            let hi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(q));
+            let words = [
+                index_words(_mm512_or_si512(lo, _mm512_maskz_mov_epi16(qh as u32, high))),
+                index_words(_mm512_or_si512(
+                    hi,
+                    _mm512_maskz_mov_epi16((qh >> 32) as u32, high),
+                )),
+            ];
+            let words: [u64; 16] = std::array::from_fn(|i| words[i / 8][i % 8]);
+            iq_entries_u32(&words, IQ3S_GRID.as_ptr() as *const i32)
+        }
+    }
+    #[inline(always)]
+    unsafe fn sign_bytes<'a>(&'a self, _: &'a mut [u8; 32]) -> &'a [u8; 32] {
+        &self.signs
+    }
+    #[inline(always)]
+    unsafe fn scale_bytes(&self) -> __m128i {
+        // SAFETY: register operations on the four scale bytes.
+        unsafe {
+            let pairs = nibble_scales(_mm_cvtsi32_si128(i32::from_le_bytes(self.scales)));
+            // `nibble_scales` already gave 2·n + 1 per chunk (eight bytes); each chunk's covers 32 elements.
+            _mm_unpacklo_epi8(pairs, pairs)
+        }
+    }
+}
+
+/// Scale words for 64-weight group `c` of a block: `vpermb` index into the sixteen scale bytes; 128-bit lane
+/// `k` of group `c` (elements `64c + 16k..+16`) takes byte `4c + k`, in the even byte of each word.
+const IQ_SCALE_PERM: [[u8; 64]; 4] = {
+    let mut t = [[0u8; 64]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut b = 0;
+        while b < 64 {
+            t[c][b] = (4 * c + b / 16) as u8;
+            b += 1;
+        }
+        c += 1;
+    }
+    t
+};
+
+/// The sixteen i32 partials of one IQ block against its q8_K block (lanes 0..8 the even 32-weight chunks,
+/// 8..16 the odd ones; lanes `m` and `m + 8` together are the haswell kernels' lane `m`), the sign applied to
+/// the q8 byte under a k-mask with wrap-around (as stock's `sign_epi8`). Without `HASWELL`, `negated_min`
+/// collects the elements where a −128 was negated (the x64 build does not wrap there).
+#[inline(always)]
+unsafe fn iq_block_partials<B: IqDecode, const HASWELL: bool>(
+    b: &B,
+    q: &BlockQ8K,
+    negated_min: &mut u64,
+) -> __m512i {
+    // SAFETY (whole body): every load is inside `q` (292 bytes) or a static table, the block's own loads are
+    // its decoder's; features are enabled by the calling kernel.
+    unsafe {
+        let s8 = _mm512_castsi128_si512(b.scale_bytes());
+        let magnitudes = b.magnitudes();
+        let mut scratch = [0u8; 32];
+        let signs = b.sign_bytes(&mut scratch).as_ptr();
+        let q8p = q.qs.as_ptr() as *const u8;
+        let mut acc = _mm512_setzero_si512();
+        for c in 0..4 {
+            let q8 = _mm512_loadu_si512(q8p.add(64 * c) as *const _);
+            let neg: __mmask64 = (signs.add(8 * c) as *const u64).read_unaligned();
+            if !HASWELL {
+                *negated_min |= _mm512_mask_cmpeq_epi8_mask(neg, q8, _mm512_set1_epi8(-128));
+            }
+            let q8s = _mm512_mask_sub_epi8(q8, neg, _mm512_setzero_si512(), q8);
+            let pairs = _mm512_maddubs_epi16(magnitudes[c], q8s);
+            let perm = _mm512_loadu_si512(IQ_SCALE_PERM[c].as_ptr() as *const _);
+            let scale = _mm512_maskz_permutexvar_epi8(0x5555_5555_5555_5555, perm, s8);
+            acc = _mm512_dpwssd_epi32(acc, pairs, scale);
+        }
+        acc
+    }
+}
+
+/// `ggml_vec_dot_*_q8_K` of an IQ format in the haswell build's eight-lane order (`HASWELL`) or the x64
+/// build's chain: per block the format's decode (`IqDecode`), the signs as a k-mask on the q8 bytes,
+/// `vpmaddubsw` and `vpdpwssd` against the scales. The x64 order's rare negated −128 (never written by the
+/// quantizer) sends the row to the model.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= x.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool>(x: &[B], y: &[BlockQ8K]) -> f32 {
+    debug_assert!(y.len() >= x.len());
+    // SAFETY (whole block): block `i` of x and y are inside the slices; this function enables the features.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let mut sumf = 0f32;
+        let mut negated_min = 0u64;
+        for (xb, yb) in x.iter().zip(y) {
+            let p = iq_block_partials::<B, HASWELL>(xb, yb, &mut negated_min);
+            let d = iq::block_scale(xb, yb);
+            if HASWELL {
+                let lanes =
+                    _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64::<1>(p));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+            } else {
+                sumf += d * _mm512_reduce_add_epi32(p) as f32;
+            }
+        }
+        if HASWELL {
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+            return B::OUTPUT_SCALE * q1_0::hsum_float_8(lanes);
+        }
+        if negated_min != 0 {
+            return iq::vec_dot_iq_q8_k_x64_model(x, y);
+        }
+        B::OUTPUT_SCALE * sumf
+    }
+}
+
+/// `quantize_row_q8_K` (ggml-base's reference C, the same in both builds) sixteen floats at a time: the largest
+/// magnitude by `vmaxps` with NaN lanes dropped (the C's `fabsf(x) > amax` never takes a NaN), its first
+/// position by an equality mask (the C keeps the first of equal magnitudes); each quant is `iscale·x` and
+/// `+ 1.5·2^23` as two roundings (ggml's `nearest_int`), the low mantissa bits minus 2^22, `min(127, ·)` and
+/// truncation to `int8_t` (`vpmovdb`), exactly as the C's conversions do also for huge or non-finite products.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= x.len() / 256`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
+    for (xb, out) in x.chunks_exact(256).zip(y.iter_mut()) {
+        // SAFETY (whole block): sixteen loads of sixteen floats inside the 256 of `xb`; stores of sixteen bytes
+        // inside `out.qs`; this function enables the features.
+        unsafe {
+            let p = xb.as_ptr();
+            let mut m = _mm512_setzero_ps();
+            for k in 0..16 {
+                // `vmaxps` returns its second operand when either is NaN: NaN magnitudes are skipped.
+                m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(p.add(16 * k))), m);
+            }
+            let amax = _mm512_reduce_max_ps(m);
+            if amax == 0.0 {
+                // Stock zeroes the quants and the scale and leaves the bsums as they were.
+                out.d = [0; 4];
+                out.qs = [0; 256];
+                continue;
+            }
+            let target = _mm512_set1_ps(amax);
+            let mut first = 0;
+            for k in 0..16 {
+                let abs = _mm512_abs_ps(_mm512_loadu_ps(p.add(16 * k)));
+                let hit = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(abs, target);
+                if hit != 0 {
+                    first = 16 * k + hit.trailing_zeros() as usize;
+                    break;
+                }
+            }
+            let iscale = -127.0f32 / xb[first];
+            let scale = _mm512_set1_ps(iscale);
+            let magic = _mm512_set1_ps(12_582_912.0);
+            for k in 0..16 {
+                let v = _mm512_add_ps(_mm512_mul_ps(scale, _mm512_loadu_ps(p.add(16 * k))), magic);
+                let i = _mm512_sub_epi32(
+                    _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x007f_ffff)),
+                    _mm512_set1_epi32(0x0040_0000),
+                );
+                let q = _mm512_cvtepi32_epi8(_mm512_min_epi32(i, _mm512_set1_epi32(127)));
+                _mm_storeu_si128(out.qs.as_mut_ptr().add(16 * k) as *mut __m128i, q);
+                let sum = _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q));
+                out.set_bsum(k, sum as i16);
+            }
+            out.d = (1.0f32 / iscale).to_le_bytes();
+        }
+    }
 }

@@ -32,6 +32,7 @@ mod tests {
     use crate::dispatch::{detected_isa, Isa, Kernels};
     use crate::formats::q2_0::{dequantize_row_q2_0_model, vec_dot_q2_0_q8_0_model, BlockQ2_0};
     use crate::formats::q8_0::{quantize_row_q8_0_model, BlockQ8_0};
+    use crate::formats::q8_k::BlockQ8K;
     use crate::fp16::GgmlHalf;
     use crate::FloatOrder;
     use rand::rngs::SmallRng;
@@ -184,6 +185,53 @@ mod tests {
                     k.quantize_row_q8_0(&x, &mut b);
                     assert_eq!(a, b, "{:?} {} case {case}", k.isa, order.name());
                 }
+            }
+        }
+    }
+
+    /// `quantize_row_q8_K` (one float order: the same reference C in both builds): 50,000 rows of 1..4 blocks
+    /// per table of ties (`k + 0.5` against a largest 127), specials (±0, ±Inf, NaN, subnormals, huge), any bit
+    /// pattern, all-zero blocks (whose bsums stock leaves as they were), ordinary floats; equal magnitudes of
+    /// both signs (the first one wins).
+    #[test]
+    fn q8_k_quantizer_matches_the_model() {
+        use crate::formats::q8_k::quantize_row_q8_k_model;
+        let specials = [
+            0.0f32,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1e-40,
+            -1e-45,
+            3.0e38,
+            -3.0e38,
+        ];
+        let mut rng = SmallRng::seed_from_u64(4);
+        for k in simd_kernels(FloatOrder::Haswell) {
+            for case in 0..50_000 {
+                let n = 256 * (1 + case % 4);
+                let x: Vec<f32> = (0..n)
+                    .map(|j| match case % 6 {
+                        0 if j % 256 == 7 => 127.0,
+                        0 => rng.gen_range(-127i32..127) as f32 + 0.5,
+                        1 if rng.gen_ratio(1, 8) => specials[rng.gen_range(0..specials.len())],
+                        2 => f32::from_bits(rng.gen()),
+                        3 => 0.0,
+                        4 => [-3.0f32, 3.0, 1.0][rng.gen_range(0..3)],
+                        _ => rng.gen_range(-2.0f32..2.0),
+                    })
+                    .collect();
+                let fill = BlockQ8K {
+                    d: [0xaa; 4],
+                    qs: [0x55; 256],
+                    bsums: [0x77; 32],
+                };
+                let mut a = vec![fill; n / 256];
+                let mut b = a.clone();
+                quantize_row_q8_k_model(&x, &mut a);
+                k.quantize_row_q8_k(&x, &mut b);
+                assert_eq!(a, b, "{:?} case {case}", k.isa);
             }
         }
     }
@@ -414,13 +462,51 @@ mod tests {
         );
     }
 
+    /// q8_K activations: quants random, all −128 or all 127; bsums the quantizer's own (sums of sixteen) in most
+    /// rows, arbitrary i16 (including −32768 and 32767) in one row of five; special f32 scales one block in 40.
+    fn q8_k_activations(rng: &mut SmallRng, case: usize, nb: usize) -> Vec<BlockQ8K> {
+        let f32_specials = [
+            0.0f32,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1e-40,
+            3.0e38,
+        ];
+        (0..nb)
+            .map(|_| {
+                let mut blk = BlockQ8K::default();
+                match case % 7 {
+                    0 => blk.qs = [-128; 256],
+                    1 => blk.qs = [127; 256],
+                    _ => rng.fill(&mut blk.qs[..]),
+                }
+                for m in 0..16 {
+                    let v = if case % 5 == 3 {
+                        [i16::MIN, i16::MAX, rng.gen()][rng.gen_range(0..3)]
+                    } else {
+                        blk.qs[16 * m..16 * m + 16].iter().map(|&q| q as i16).sum()
+                    };
+                    blk.set_bsum(m, v);
+                }
+                let d = if rng.gen_ratio(1, 40) {
+                    f32_specials[rng.gen_range(0..f32_specials.len())]
+                } else {
+                    rng.gen_range(0.0001f32..0.05)
+                };
+                blk.d = d.to_le_bytes();
+                blk
+            })
+            .collect()
+    }
+
     /// TQ2_0 against q8_K, both orders, 200,000 rows per order and table: every byte value in every code
     /// position, all-code-3 rows, random codes; quants random, all −128 or all 127; bsums the quantizer's own
     /// (sums of sixteen) in most rows, arbitrary i16 (including −32768 and 32767) in one row of five, which
     /// makes stock's i16 lanes wrap; special f16 weight scales and special f32 activation scales.
     #[test]
     fn tq2_0_kernels_match_the_models() {
-        use crate::formats::q8_k::BlockQ8K;
         use crate::formats::tq2_0::{vec_dot_tq2_0_q8_k_model, BlockTQ2_0};
         kernels_match_the_models(
             "tq2_0",
@@ -433,45 +519,65 @@ mod tests {
                 }),
                 d: test_scale(rng),
             },
-            |rng, case, nb| {
-                let f32_specials = [
-                    0.0f32,
-                    -0.0,
-                    f32::INFINITY,
-                    f32::NEG_INFINITY,
-                    f32::NAN,
-                    1e-40,
-                    3.0e38,
-                ];
-                (0..nb)
-                    .map(|_| {
-                        let mut blk = BlockQ8K::default();
-                        match case % 7 {
-                            0 => blk.qs = [-128; 256],
-                            1 => blk.qs = [127; 256],
-                            _ => rng.fill(&mut blk.qs[..]),
-                        }
-                        for m in 0..16 {
-                            let v = if case % 5 == 3 {
-                                [i16::MIN, i16::MAX, rng.gen()][rng.gen_range(0..3)]
-                            } else {
-                                blk.qs[16 * m..16 * m + 16].iter().map(|&q| q as i16).sum()
-                            };
-                            blk.set_bsum(m, v);
-                        }
-                        let d = if rng.gen_ratio(1, 40) {
-                            f32_specials[rng.gen_range(0..f32_specials.len())]
-                        } else {
-                            rng.gen_range(0.0001f32..0.05)
-                        };
-                        blk.d = d.to_le_bytes();
-                        blk
-                    })
-                    .collect()
-            },
+            q8_k_activations,
             vec_dot_tq2_0_q8_k_model,
             Kernels::vec_dot_tq2_0_q8_k,
         );
+    }
+
+    /// One IQ format against q8_K, both orders: every byte value in every position of the block (cases cycle),
+    /// every sign set (so q8 = −128 is negated: −128 in the haswell order, +128 in the x64 one), random bytes;
+    /// the q8_K rows of `q8_k_activations`, special f16 scales.
+    fn iq_kernels_match_the_models<B: crate::dispatch::IqFormat>(
+        name: &str,
+        format: usize,
+        seed: u64,
+    ) {
+        let bytes = std::mem::size_of::<B>();
+        kernels_match_the_models(
+            name,
+            seed,
+            |rng, case, b| {
+                let mut raw: Vec<u8> = (0..bytes)
+                    .map(|j| ((case / 3 + 7 * b + 31 * j) % 256) as u8)
+                    .collect();
+                match case % 3 {
+                    0 => {}
+                    1 => crate::ab::cases::all_negative(format, &mut raw[2..]),
+                    _ => rng.fill(&mut raw[..]),
+                }
+                raw[..2].copy_from_slice(&test_scale(rng).to_bits().to_le_bytes());
+                crate::formats::blocks::<B>(&raw)[0]
+            },
+            q8_k_activations,
+            crate::formats::iq::vec_dot_iq_q8_k_model::<B>,
+            Kernels::vec_dot_iq_q8_k::<B>,
+        );
+    }
+
+    #[test]
+    fn iq2_xxs_kernels_match_the_models() {
+        iq_kernels_match_the_models::<crate::formats::iq2_xxs::BlockIQ2XXS>("iq2_xxs", 0, 9);
+    }
+
+    #[test]
+    fn iq2_xs_kernels_match_the_models() {
+        iq_kernels_match_the_models::<crate::formats::iq2_xs::BlockIQ2XS>("iq2_xs", 1, 10);
+    }
+
+    #[test]
+    fn iq2_s_kernels_match_the_models() {
+        iq_kernels_match_the_models::<crate::formats::iq2_s::BlockIQ2S>("iq2_s", 2, 11);
+    }
+
+    #[test]
+    fn iq3_xxs_kernels_match_the_models() {
+        iq_kernels_match_the_models::<crate::formats::iq3_xxs::BlockIQ3XXS>("iq3_xxs", 3, 12);
+    }
+
+    #[test]
+    fn iq3_s_kernels_match_the_models() {
+        iq_kernels_match_the_models::<crate::formats::iq3_s::BlockIQ3S>("iq3_s", 4, 13);
     }
 
     /// PQ2_0 (no stock build to compare with: the fork is not available): the SIMD kernels against the scalar
