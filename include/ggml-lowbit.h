@@ -14,8 +14,6 @@
 
 #define Q8_K_BYTES 292
 
-#define IQ2_S_BYTES 82
-
 #define QK_PQ2_0 128
 
 #define QK_PTQ1_0 128
@@ -41,6 +39,14 @@
 #define GGML_TYPE_Q2_0 42
 
 #define GGML_TYPE_TQ2_0 35
+
+#define GGML_TYPE_IQ2_XXS 16
+
+#define GGML_TYPE_IQ2_XS 17
+
+#define GGML_TYPE_IQ3_XXS 18
+
+#define GGML_TYPE_IQ3_S 21
 
 #define GGML_TYPE_IQ2_S 22
 
@@ -139,6 +145,52 @@ void dequantize_row_tq2_0(const void *vx, float *y, int64_t k);
 void quantize_row_q8_K(const float *x, void *vy, int64_t k);
 
 /*
+ `*s = Σ` of one IQ2_XXS row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+
+ # Safety
+ As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+ */
+void ggml_vec_dot_iq2_xxs_q8_K(int n,
+                               float *s,
+                               size_t bs,
+                               const void *vx,
+                               size_t bx,
+                               const void *vy,
+                               size_t by,
+                               int nrc);
+
+/*
+ Dequantizes `k` weights (whole blocks of 256) of an IQ2_XXS row.
+
+ # Safety
+ As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+ */
+void dequantize_row_iq2_xxs(const void *vx, float *y, int64_t k);
+
+/*
+ `*s = Σ` of one IQ2_XS row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+
+ # Safety
+ As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+ */
+void ggml_vec_dot_iq2_xs_q8_K(int n,
+                              float *s,
+                              size_t bs,
+                              const void *vx,
+                              size_t bx,
+                              const void *vy,
+                              size_t by,
+                              int nrc);
+
+/*
+ Dequantizes `k` weights (whole blocks of 256) of an IQ2_XS row.
+
+ # Safety
+ As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+ */
+void dequantize_row_iq2_xs(const void *vx, float *y, int64_t k);
+
+/*
  `*s = Σ` of one IQ2_S row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
 
  # Safety
@@ -160,6 +212,52 @@ void ggml_vec_dot_iq2_s_q8_K(int n,
  As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
  */
 void dequantize_row_iq2_s(const void *vx, float *y, int64_t k);
+
+/*
+ `*s = Σ` of one IQ3_XXS row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+
+ # Safety
+ As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+ */
+void ggml_vec_dot_iq3_xxs_q8_K(int n,
+                               float *s,
+                               size_t bs,
+                               const void *vx,
+                               size_t bx,
+                               const void *vy,
+                               size_t by,
+                               int nrc);
+
+/*
+ Dequantizes `k` weights (whole blocks of 256) of an IQ3_XXS row.
+
+ # Safety
+ As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+ */
+void dequantize_row_iq3_xxs(const void *vx, float *y, int64_t k);
+
+/*
+ `*s = Σ` of one IQ3_S row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+
+ # Safety
+ As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+ */
+void ggml_vec_dot_iq3_s_q8_K(int n,
+                             float *s,
+                             size_t bs,
+                             const void *vx,
+                             size_t bx,
+                             const void *vy,
+                             size_t by,
+                             int nrc);
+
+/*
+ Dequantizes `k` weights (whole blocks of 256) of an IQ3_S row.
+
+ # Safety
+ As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+ */
+void dequantize_row_iq3_s(const void *vx, float *y, int64_t k);
 
 /*
  PrismML fork: `*s = Σ` of one PQ2_0 row (`vx`, `n/128` blocks) against one q8_0 row (`vy`, `n/32` blocks).
@@ -298,12 +396,72 @@ void ggml_lowbit_vec_dot_q1_0_q8_0(int n,
 void ggml_lowbit_quantize_row_q8_0(const float *x, void *vy, int64_t k);
 
 /*
+ `ggml_vec_dot_iq2_xxs_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+
+ # Safety
+ As `ggml_vec_dot_iq2_xxs_q8_K`.
+ */
+void ggml_lowbit_vec_dot_iq2_xxs_q8_K(int n,
+                                      float *s,
+                                      size_t bs,
+                                      const void *vx,
+                                      size_t bx,
+                                      const void *vy,
+                                      size_t by,
+                                      int nrc);
+
+/*
+ `ggml_vec_dot_iq2_xs_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+
+ # Safety
+ As `ggml_vec_dot_iq2_xs_q8_K`.
+ */
+void ggml_lowbit_vec_dot_iq2_xs_q8_K(int n,
+                                     float *s,
+                                     size_t bs,
+                                     const void *vx,
+                                     size_t bx,
+                                     const void *vy,
+                                     size_t by,
+                                     int nrc);
+
+/*
  `ggml_vec_dot_iq2_s_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
 
  # Safety
  As `ggml_vec_dot_iq2_s_q8_K`.
  */
 void ggml_lowbit_vec_dot_iq2_s_q8_K(int n,
+                                    float *s,
+                                    size_t bs,
+                                    const void *vx,
+                                    size_t bx,
+                                    const void *vy,
+                                    size_t by,
+                                    int nrc);
+
+/*
+ `ggml_vec_dot_iq3_xxs_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+
+ # Safety
+ As `ggml_vec_dot_iq3_xxs_q8_K`.
+ */
+void ggml_lowbit_vec_dot_iq3_xxs_q8_K(int n,
+                                      float *s,
+                                      size_t bs,
+                                      const void *vx,
+                                      size_t bx,
+                                      const void *vy,
+                                      size_t by,
+                                      int nrc);
+
+/*
+ `ggml_vec_dot_iq3_s_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+
+ # Safety
+ As `ggml_vec_dot_iq3_s_q8_K`.
+ */
+void ggml_lowbit_vec_dot_iq3_s_q8_K(int n,
                                     float *s,
                                     size_t bs,
                                     const void *vx,

@@ -38,6 +38,10 @@ stock_src="$(dirname "$stock_out")/src/llama.cpp"
 
 work="$repo/target/patched-llama"
 key=$(sha256sum "$patch_file" | cut -c1-16)
+# One build at a time: tests that need the patched tools may start together.
+mkdir -p "$work"
+exec 9>"$work/.lock"
+flock 9
 src="$work/src"
 out="$work/$variant"
 if [ ! -f "$src/.patch-$key" ]; then

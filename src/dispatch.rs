@@ -114,25 +114,29 @@ pub struct Kernels {
 /// One IQ format's vec_dot entry in a `Kernels` table.
 type IqDot<B> = unsafe fn(&[B], &[BlockQ8K]) -> f32;
 
-/// The IQ block types, each with its entry in a `Kernels` table.
+/// The IQ block types, each with its entry in a `Kernels` table and whether its AVX-512 kernel measured faster
+/// than stock's haswell kernel (`docs/PERFORMANCE.md`); the library passes a format to stock where not.
 pub trait IqFormat: IqBlock + crate::arch::x86::avx512::IqDecode {
+    const AVX512_BEATS_STOCK: bool;
     fn entry(k: &Kernels) -> IqDot<Self>;
 }
 
 macro_rules! iq_format {
-    ($block:ty, $field:ident) => {
+    ($block:ty, $field:ident, $beats:expr) => {
         impl IqFormat for $block {
+            const AVX512_BEATS_STOCK: bool = $beats;
             fn entry(k: &Kernels) -> IqDot<Self> {
                 k.$field
             }
         }
     };
 }
-iq_format!(BlockIQ2XXS, vec_dot_iq2_xxs_q8_k);
-iq_format!(BlockIQ2XS, vec_dot_iq2_xs_q8_k);
-iq_format!(BlockIQ2S, vec_dot_iq2_s_q8_k);
-iq_format!(BlockIQ3XXS, vec_dot_iq3_xxs_q8_k);
-iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k);
+iq_format!(BlockIQ2XXS, vec_dot_iq2_xxs_q8_k, true);
+iq_format!(BlockIQ2XS, vec_dot_iq2_xs_q8_k, true);
+// 0.96–1.05× of stock over the variants tried (its 1024-entry grid): passed to stock.
+iq_format!(BlockIQ2S, vec_dot_iq2_s_q8_k, false);
+iq_format!(BlockIQ3XXS, vec_dot_iq3_xxs_q8_k, true);
+iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k, true);
 
 /// The AVX-512 IQ kernel of the order `haswell` says.
 #[cfg(target_arch = "x86_64")]
@@ -388,11 +392,24 @@ impl Kernels {
         unsafe { (self.vec_dot_tq2_0_q8_k)(x, y) }
     }
 
-    /// Whether this table's IQ kernels beat the stock ones they would replace: only the AVX-512 kernels do
-    /// (stock's haswell kernels are AVX2; the scalar models are stock's x64 C again), so without AVX-512 a
-    /// preloaded library passes the IQ formats to stock (`docs/iq2_s.md`).
-    pub fn serves_iq_over_stock(&self) -> bool {
+    /// Whether this table's kernels for the q8_K side (`quantize_row_q8_K`) beat stock's: only the AVX-512
+    /// ones (stock's is scalar C; our scalar model is that C again).
+    pub fn serves_q8_k_over_stock(&self) -> bool {
         self.isa >= Isa::Avx512
+    }
+
+    /// Whether this table's kernel for IQ format `B` beats the stock one it would replace: only AVX-512
+    /// kernels (the scalar models are stock's x64 C again), against the x64 build's generic C always (9–14×),
+    /// against the haswell build's AVX2 kernels where it measured faster (`IqFormat::AVX512_BEATS_STOCK`,
+    /// `docs/iq.md`). Elsewhere a preloaded library passes the format to stock.
+    pub fn serves_iq_over_stock<B: IqFormat>(&self) -> bool {
+        self.isa >= Isa::Avx512 && (self.order == FloatOrder::X64 || B::AVX512_BEATS_STOCK)
+    }
+
+    /// Whether this table's TQ2_0 kernel beats stock's: the AVX-512 one against the x64 build's generic C
+    /// (13.7×); against the haswell build's AVX2 kernel none of ours did (`docs/tq2_0.md`).
+    pub fn serves_tq2_0_over_stock(&self) -> bool {
+        self.isa >= Isa::Avx512 && self.order == FloatOrder::X64
     }
 
     /// An IQ format against `x.len()` q8_K blocks, in the haswell build's eight-lane order or the x64 build's

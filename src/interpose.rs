@@ -681,9 +681,10 @@ impl VecDotArgs {
 }
 
 /// The mode one call is served in: `Serve` becomes `Disable` (pass to stock) for a symbol whose stock
-/// implementation is at least as fast as ours (`stock_first`: Q1_0 without AVX-512 in the haswell order, TQ2_0,
-/// the IQ formats without AVX-512, the Q1_0, TQ2_0 and IQ dequantizers; `q1_0.md`, `tq2_0.md`), unless `GGML_LOWBIT_SERVE_ALL=1`. Verify still
-/// compares ours with stock; without a stock symbol ours computes.
+/// implementation is at least as fast as ours (`stock_first`: without AVX-512 Q1_0 in the haswell order, the
+/// q8_K formats and `quantize_row_q8_K`; TQ2_0 and IQ2_S in the haswell order; the Q1_0, TQ2_0 and IQ
+/// dequantizers; `q1_0.md`, `tq2_0.md`, `iq.md`), unless `GGML_LOWBIT_SERVE_ALL=1`. Verify still compares ours
+/// with stock; without a stock symbol ours computes.
 fn call_mode(c: &Config, stock_first: bool) -> Mode {
     if stock_first && !c.serve_all && c.mode == Mode::Serve {
         Mode::Disable
@@ -861,7 +862,7 @@ pub unsafe fn quantize_row_q8_k(x: *const f32, vy: *mut c_void, k: i64) {
         quantize_rows::<BlockQ8K>(
             "quantize_row_q8_K",
             c.next.quantize_row_q8_k,
-            !c.kernels.serves_iq_over_stock(),
+            !c.kernels.serves_q8_k_over_stock(),
             256,
             Kernels::quantize_row_q8_k,
             (x, vy, k),
@@ -1009,12 +1010,14 @@ unsafe fn vec_dot_q8_k_rows<B: RawBlock>(
 /// # Safety
 /// ggml's contract for `ggml_vec_dot_tq2_0_q8_K`.
 pub unsafe fn vec_dot_tq2_0_q8_k(a: VecDotArgs) {
-    // SAFETY: passed on. No kernel of ours beats stock's TQ2_0 (`docs/tq2_0.md`): stock first.
+    // No kernel of ours beats stock haswell's TQ2_0 (`docs/tq2_0.md`): stock first there.
+    let stock_first = !config().kernels.serves_tq2_0_over_stock();
+    // SAFETY: passed on.
     unsafe {
         vec_dot_q8_k_rows::<BlockTQ2_0>(
             "ggml_vec_dot_tq2_0_q8_K",
             |n| n.vec_dot_tq2_0_q8_k,
-            true,
+            stock_first,
             Kernels::vec_dot_tq2_0_q8_k,
             a,
         )
@@ -1050,12 +1053,13 @@ impl IqSymbol for BlockIQ3S {
     const INDEX: usize = 4;
 }
 
-/// Serves `ggml_vec_dot_<iq format>_q8_K`; passed to stock without AVX-512 (`Kernels::serves_iq_over_stock`).
+/// Serves `ggml_vec_dot_<iq format>_q8_K`; passed to stock where ours is not faster
+/// (`Kernels::serves_iq_over_stock`).
 ///
 /// # Safety
 /// ggml's contract for the symbol.
 pub unsafe fn vec_dot_iq_q8_k<B: IqSymbol>(a: VecDotArgs) {
-    let stock_first = !config().kernels.serves_iq_over_stock();
+    let stock_first = !config().kernels.serves_iq_over_stock::<B>();
     let symbol = IQ_SYMBOLS[B::INDEX].0.to_str().unwrap_or_default();
     // SAFETY: passed on.
     unsafe {

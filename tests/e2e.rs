@@ -1,4 +1,4 @@
-//! Tier 3, whole models: synthetic tiny Q2_0, Q1_0, IQ2_S and mixture-of-experts models run through the stock
+//! Tier 3, whole models: synthetic tiny Q2_0, Q1_0, IQ and mixture-of-experts models run through the stock
 //! llama.cpp tools of both builds with and without the preload (`ggml-lowbit-ab e2e`), the preload with the vec_dot exports only and with the
 //! `mul_mat` hook, and the patched build (`ggml-patch/cpu.patch`, built by `scripts/patched-llama.sh`):
 //! identical greedy text and identical perplexity per chunk, at micro-batch sizes 1, 7, 8, 33 and 128 (decode,
@@ -9,8 +9,14 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn harness(args: &[&str]) -> Output {
+    harness_with(args, &[])
+}
+
+/// The harness with extra environment variables (the tools it runs inherit them).
+fn harness_with(args: &[&str], env: &[(&str, &str)]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("run harness");
     println!(
@@ -45,19 +51,33 @@ fn tiny_model(dir: &std::path::Path, seed: &str) -> PathBuf {
 /// `ggml-lowbit-ab e2e` on `model` without llama-bench, on stock `build`, `threads` threads and perplexity
 /// micro-batches `ubatch`; asserts it reported no difference and returns its table.
 fn e2e_identical(model: &std::path::Path, build: &str, threads: &str, ubatch: &str) -> String {
+    e2e_identical_with(model, build, threads, ubatch, &[])
+}
+
+/// `e2e_identical` with extra environment variables for the tools.
+fn e2e_identical_with(
+    model: &std::path::Path,
+    build: &str,
+    threads: &str,
+    ubatch: &str,
+    env: &[(&str, &str)],
+) -> String {
     let model = model.to_str().unwrap();
-    let out = harness(&[
-        "e2e",
-        "--model",
-        model,
-        "--build",
-        build,
-        "--no-bench",
-        "--threads",
-        threads,
-        "--ubatch",
-        ubatch,
-    ]);
+    let out = harness_with(
+        &[
+            "e2e",
+            "--model",
+            model,
+            "--build",
+            build,
+            "--no-bench",
+            "--threads",
+            threads,
+            "--ubatch",
+            ubatch,
+        ],
+        env,
+    );
     assert!(out.status.success(), "e2e reported a difference");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -99,9 +119,16 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every
 }
 
 /// A tiny model of weight type `wtype` (ggml type `ggml_type` in `blk.1.ffn_down.weight`) through every build
-/// (stock, vec_dot preload, hook preload, patched), 2 threads at micro-batches 1, 7, 8, 33 and 1 thread at 7,
-/// 33: identical text and per-chunk perplexity.
-fn tiny_model_is_identical_on_every_build(wtype: &str, ggml_type: u32, seed: &str) {
+/// (stock, vec_dot preload, hook preload, patched), 2 threads at micro-batches `ubatch` and, with `one_thread`,
+/// 1 thread at 7, 33: identical text and per-chunk perplexity. `env` goes to the tools.
+fn tiny_model_is_identical_on_every_build(
+    wtype: &str,
+    ggml_type: u32,
+    seed: &str,
+    ubatch: &str,
+    one_thread: bool,
+    env: &[(&str, &str)],
+) {
     let dir = scratch(wtype);
     let model = dir.join(format!("tiny-{wtype}.gguf"));
     let out = harness(&[
@@ -120,33 +147,52 @@ fn tiny_model_is_identical_on_every_build(wtype: &str, ggml_type: u32, seed: &st
     assert!(types
         .iter()
         .any(|(n, t)| n == "blk.1.ffn_down.weight" && *t == ggml_type));
-    let stdout = e2e_identical(&model, "all", "2", "1,7,8,33");
+    let stdout = e2e_identical_with(&model, "all", "2", ubatch, env);
+    let sizes = ubatch.split(',').count();
     assert_eq!(stdout.matches("identical text").count(), 3, "{stdout}");
     assert_eq!(
         stdout.matches("identical per-chunk values").count(),
-        12,
+        3 * sizes,
         "{stdout}"
     );
-    let stdout = e2e_identical(&model, "haswell", "1", "7,33");
-    assert_eq!(
-        stdout.matches("identical per-chunk values").count(),
-        2,
-        "{stdout}"
-    );
+    if one_thread {
+        let stdout = e2e_identical_with(&model, "haswell", "1", "7,33", env);
+        assert_eq!(
+            stdout.matches("identical per-chunk values").count(),
+            2,
+            "{stdout}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The 1-bit format (Q1_0, its tile kernels under the hook and the patch).
 #[test]
 fn tiny_q1_0_model_gives_identical_text_and_perplexity_on_every_build() {
-    tiny_model_is_identical_on_every_build("q1_0", 41, "9");
+    tiny_model_is_identical_on_every_build("q1_0", 41, "9", "1,7,8,33", true, &[]);
 }
 
-/// An IQ2_S model (grid lookups, q8_K activations: our `ggml_vec_dot_iq2_s_q8_K` and `quantize_row_q8_K`
-/// preloaded and routed by the patch; the hook leaves IQ2_S products to ggml, which calls them).
+/// IQ2_S (grid lookups, q8_K activations). The library passes IQ2_S to stock (ours is not faster), so the runs
+/// set `GGML_LOWBIT_SERVE_ALL=1`: our `ggml_vec_dot_iq2_s_q8_K` and `quantize_row_q8_K` compute, preloaded and
+/// through the patch (the hook leaves IQ products to ggml, which calls them).
 #[test]
 fn tiny_iq2_s_model_gives_identical_text_and_perplexity_on_every_build() {
-    tiny_model_is_identical_on_every_build("iq2_s", 22, "9");
+    let serve_all = [("GGML_LOWBIT_SERVE_ALL", "1")];
+    tiny_model_is_identical_on_every_build("iq2_s", 22, "9", "1,7,8,33", true, &serve_all);
+}
+
+/// The other IQ formats, served by default (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S): decode (micro-batch 1) and
+/// prefill below and above stock's tiled threshold (7, 33).
+#[test]
+fn tiny_iq_models_give_identical_text_and_perplexity_on_every_build() {
+    for (wtype, ggml_type) in [
+        ("iq2_xxs", 16),
+        ("iq2_xs", 17),
+        ("iq3_xxs", 18),
+        ("iq3_s", 21),
+    ] {
+        tiny_model_is_identical_on_every_build(wtype, ggml_type, "9", "1,7,33", false, &[]);
+    }
 }
 
 /// A mixture-of-experts model (MUL_MAT_ID with Q2_0 experts): the same identities through every build, the

@@ -7,7 +7,15 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// Weight types the library accelerates; a model whose matrices are all something else is refused.
-pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 3] = [(42, "q2_0"), (41, "q1_0"), (22, "iq2_s")];
+pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 7] = [
+    (42, "q2_0"),
+    (41, "q1_0"),
+    (16, "iq2_xxs"),
+    (17, "iq2_xs"),
+    (22, "iq2_s"),
+    (18, "iq3_xxs"),
+    (21, "iq3_s"),
+];
 
 /// Checks that `model` is a GGUF whose matrices include a type this library serves.
 pub fn check_model(model: &Path) -> Result<(), String> {
@@ -33,8 +41,13 @@ pub fn check_model(model: &Path) -> Result<(), String> {
         ));
     }
     Err(format!(
-        "{}: no tensor of a type ggml-lowbit serves (it has ggml types {seen:?}; supported: q2_0 = 42, q1_0 = 41, iq2_s = 22)",
-        model.display()
+        "{}: no tensor of a type ggml-lowbit serves (it has ggml types {seen:?}; supported: {})",
+        model.display(),
+        SUPPORTED_WEIGHT_TYPES
+            .iter()
+            .map(|(t, n)| format!("{n} = {t}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     ))
 }
 

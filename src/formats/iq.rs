@@ -15,6 +15,7 @@
 //! `dequantize_row_*` (ggml-base, the same C in both builds): `y = (db·(float)g)·(±1)` with the format's
 //! `db` per group (`IqBlock::group_scale`).
 
+use super::iq_grids::KSIGNS_IQ2XS;
 use super::q1_0::hsum_float_8;
 use super::q8_k::{BlockQ8K, QK_K};
 use super::RawBlock;
@@ -30,10 +31,21 @@ pub trait IqBlock: RawBlock {
     fn magnitude(&self, e: usize) -> u8;
     /// Whether element `e` is negative.
     fn negative(&self, e: usize) -> bool;
+    /// The 4-bit scale field of element `e`.
+    fn nibble(&self, e: usize) -> u8;
+    /// `dequantize_row_*`'s float scale of a group with scale field `nibble`, from `d = f16(x.d)`.
+    fn group_scale(d: f32, nibble: u8) -> f32;
     /// The odd integer scale `2·nibble + 1` of element `e`.
-    fn scale(&self, e: usize) -> i32;
-    /// `dequantize_row_*`'s float scale of element `e`'s group from `d = f16(x.d)`.
-    fn group_scale(&self, d: f32, e: usize) -> f32;
+    fn scale(&self, e: usize) -> i32 {
+        2 * self.nibble(e) as i32 + 1
+    }
+}
+
+/// Whether element `e` of a 32-weight chunk is negative under the chunk's sign word `word` of four 7-bit fields
+/// (IQ2_XXS, IQ3_XXS): field `(e % 32) / 8`, completed to an even-parity byte by `ksigns_iq2xs`, bit `e % 8`.
+pub fn ksigns_negative(word: u32, e: usize) -> bool {
+    let field = (word >> (7 * ((e % 32) / 8))) as usize & 127;
+    KSIGNS_IQ2XS[field] >> (e % 8) & 1 == 1
 }
 
 /// `dequantize_row_*` of an IQ format.
@@ -42,7 +54,7 @@ pub fn dequantize_row_iq_model<B: IqBlock>(x: &[B], y: &mut [f32]) {
         let d = F16_TO_F32_TABLE[block.d_bits() as usize];
         for (e, o) in out.iter_mut().enumerate() {
             let sign = if block.negative(e) { -1.0f32 } else { 1.0 };
-            *o = block.group_scale(d, e) * block.magnitude(e) as f32 * sign;
+            *o = B::group_scale(d, block.nibble(e)) * block.magnitude(e) as f32 * sign;
         }
     }
 }

@@ -43,17 +43,6 @@ impl BlockIQ2S {
         let (ib, l) = (g / 4, g % 4);
         self.qs[g] as usize | (((self.qh[ib] >> (2 * l)) & 3) as usize) << 8
     }
-
-    /// The 4-bit scale field of element `e`.
-    #[inline(always)]
-    pub fn nibble(&self, e: usize) -> u8 {
-        let ib = e / 32;
-        if e % 32 < 16 {
-            self.scales[ib] & 0xf
-        } else {
-            self.scales[ib] >> 4
-        }
-    }
 }
 
 impl IqBlock for BlockIQ2S {
@@ -67,11 +56,11 @@ impl IqBlock for BlockIQ2S {
     fn negative(&self, e: usize) -> bool {
         self.qs[32 + e / 8] >> (e % 8) & 1 == 1
     }
-    fn scale(&self, e: usize) -> i32 {
-        2 * self.nibble(e) as i32 + 1
+    fn nibble(&self, e: usize) -> u8 {
+        (self.scales[e / 32] >> (4 * ((e % 32) / 16))) & 0xf
     }
-    fn group_scale(&self, d: f32, e: usize) -> f32 {
-        d * (0.5 + self.nibble(e) as f32) * 0.25
+    fn group_scale(d: f32, nibble: u8) -> f32 {
+        d * (0.5 + nibble as f32) * 0.25
     }
 }
 

@@ -40,17 +40,6 @@ impl BlockIQ2XS {
     pub fn word(&self, g: usize) -> u16 {
         u16::from_le_bytes([self.qs[2 * g], self.qs[2 * g + 1]])
     }
-
-    /// The scale nibble of element `e`.
-    #[inline(always)]
-    pub fn nibble(&self, e: usize) -> u8 {
-        let s = self.scales[e / 32];
-        if e % 32 < 16 {
-            s & 0xf
-        } else {
-            s >> 4
-        }
-    }
 }
 
 impl IqBlock for BlockIQ2XS {
@@ -64,11 +53,11 @@ impl IqBlock for BlockIQ2XS {
     fn negative(&self, e: usize) -> bool {
         KSIGNS_IQ2XS[(self.word(e / 8) >> 9) as usize] >> (e % 8) & 1 == 1
     }
-    fn scale(&self, e: usize) -> i32 {
-        2 * self.nibble(e) as i32 + 1
+    fn nibble(&self, e: usize) -> u8 {
+        (self.scales[e / 32] >> (4 * ((e % 32) / 16))) & 0xf
     }
-    fn group_scale(&self, d: f32, e: usize) -> f32 {
-        d * (0.5 + self.nibble(e) as f32) * 0.25
+    fn group_scale(d: f32, nibble: u8) -> f32 {
+        d * (0.5 + nibble as f32) * 0.25
     }
 }
 

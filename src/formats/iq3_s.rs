@@ -43,13 +43,6 @@ impl BlockIQ3S {
     pub fn grid_index(&self, k: usize) -> usize {
         self.qs[k] as usize | (((self.qh[k / 8] >> (k % 8)) & 1) as usize) << 8
     }
-
-    /// The scale nibble of element `e`'s chunk.
-    #[inline(always)]
-    pub fn nibble(&self, e: usize) -> u8 {
-        let ib = e / 32;
-        (self.scales[ib / 2] >> (4 * (ib % 2))) & 0xf
-    }
 }
 
 impl IqBlock for BlockIQ3S {
@@ -63,11 +56,12 @@ impl IqBlock for BlockIQ3S {
     fn negative(&self, e: usize) -> bool {
         self.signs[e / 8] >> (e % 8) & 1 == 1
     }
-    fn scale(&self, e: usize) -> i32 {
-        2 * self.nibble(e) as i32 + 1
+    fn nibble(&self, e: usize) -> u8 {
+        let ib = e / 32;
+        (self.scales[ib / 2] >> (4 * (ib % 2))) & 0xf
     }
-    fn group_scale(&self, d: f32, e: usize) -> f32 {
-        d * (1 + 2 * self.nibble(e) as i32) as f32
+    fn group_scale(d: f32, nibble: u8) -> f32 {
+        d * (1 + 2 * nibble as i32) as f32
     }
 }
 

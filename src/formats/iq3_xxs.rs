@@ -9,8 +9,8 @@
 //! The float orders are those of every IQ format (`iq.rs`), `OUTPUT_SCALE` 0.25;
 //! `dequantize_row_iq3_xxs`: `db = d·(0.5 + nibble)·0.5`.
 
-use super::iq::IqBlock;
-use super::iq_grids::{IQ3XXS_GRID, KSIGNS_IQ2XS};
+use super::iq::{ksigns_negative, IqBlock};
+use super::iq_grids::IQ3XXS_GRID;
 use super::q8_k::QK_K;
 use crate::fp16::GgmlHalf;
 
@@ -38,12 +38,6 @@ impl BlockIQ3XXS {
     pub fn sign_word(&self, ib: usize) -> u32 {
         u32::from_le_bytes(self.qs[64 + 4 * ib..68 + 4 * ib].try_into().unwrap())
     }
-
-    /// The scale nibble of element `e`'s chunk.
-    #[inline(always)]
-    pub fn nibble(&self, e: usize) -> u32 {
-        self.sign_word(e / 32) >> 28
-    }
 }
 
 impl IqBlock for BlockIQ3XXS {
@@ -55,15 +49,13 @@ impl IqBlock for BlockIQ3XXS {
         (IQ3XXS_GRID[self.qs[e / 4] as usize] >> (8 * (e % 4))) as u8
     }
     fn negative(&self, e: usize) -> bool {
-        let (ib, l) = (e / 32, (e % 32) / 8);
-        let signs = KSIGNS_IQ2XS[(self.sign_word(ib) >> (7 * l)) as usize & 127];
-        signs >> (e % 8) & 1 == 1
+        ksigns_negative(self.sign_word(e / 32), e)
     }
-    fn scale(&self, e: usize) -> i32 {
-        2 * self.nibble(e) as i32 + 1
+    fn nibble(&self, e: usize) -> u8 {
+        (self.sign_word(e / 32) >> 28) as u8
     }
-    fn group_scale(&self, d: f32, e: usize) -> f32 {
-        d * (0.5 + self.nibble(e) as f32) * 0.5
+    fn group_scale(d: f32, nibble: u8) -> f32 {
+        d * (0.5 + nibble as f32) * 0.5
     }
 }
 

@@ -24,7 +24,8 @@ use crate::formats::iq2_xxs::BlockIQ2XXS;
 use crate::formats::iq3_s::BlockIQ3S;
 use crate::formats::iq3_xxs::BlockIQ3XXS;
 use crate::formats::iq_grids::{
-    IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+    GridCodes, IQ2S_GRID, IQ2XS_CODES, IQ2XXS_CODES, IQ2_LEVELS, IQ3S_CODES, IQ3S_LEVELS,
+    IQ3XXS_CODES, IQ3XXS_LEVELS, KSIGNS_IQ2XS,
 };
 use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
 use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
@@ -1151,23 +1152,22 @@ pub trait IqDecode: IqBlock {
     unsafe fn scale_bytes(&self) -> __m128i;
 }
 
-/// The grid entries of 32 eight-byte indices held four to a qword in `words`, each one scalar load from
-/// `table`, eight assembled per zmm. Taking the indices out four at a time as qwords and splitting them with
-/// shifts costs fewer shuffle micro-ops than a `vpextrw` per index; alternatives measured slower or no faster
-/// (`docs/iq.md`): `vpgatherqq`, masked broadcast loads, broadcasts merged by blends, a stack buffer of entries
-/// filled a block ahead.
+/// The grid entries of 32 indices held four to a qword in `words` (16 bits each), each one scalar load from
+/// `table`, eight assembled per zmm. For IQ2_S's 1024-entry grid this beats the permute lookup
+/// (`lookup_bytes` needs eight `vpermi2b` per code table there); taking the indices out four at a time as
+/// qwords and splitting them with shifts costs fewer shuffle micro-ops than a `vpextrw` per index.
 ///
 /// # Safety
-/// Every index (the low 16 bits of each word field) is inside `table`.
+/// Every index is inside `table`.
 #[inline(always)]
-unsafe fn iq_entries_u64(words: &[u64; 8], table: *const i64) -> [__m512i; 4] {
+unsafe fn entries_by_loads(words: &[u64; 8], table: *const i64) -> [__m512i; 4] {
     // SAFETY (whole body): indices inside `table` by the caller's contract; features are enabled by the calling
     // kernel.
     unsafe {
-        let e = |w: u64, k: u32| *table.add(((w >> (16 * k)) & 0xffff) as usize);
         let mut out = [_mm512_setzero_si512(); 4];
         for (c, o) in out.iter_mut().enumerate() {
             let (w0, w1) = (words[2 * c], words[2 * c + 1]);
+            let e = |w: u64, k: u32| *table.add(((w >> (16 * k)) & 0xffff) as usize);
             *o = _mm512_set_epi64(
                 e(w1, 3),
                 e(w1, 2),
@@ -1183,49 +1183,227 @@ unsafe fn iq_entries_u64(words: &[u64; 8], table: *const i64) -> [__m512i; 4] {
     }
 }
 
-/// As `iq_entries_u64` for 64 four-byte entries (the IQ3 grids), sixteen per zmm.
+/// Byte `i` of `idx` looked up in the byte table `table` of `128·SLICES` entries: one `vpermi2b` per 128
+/// entries on the index's low 7 bits, the slice chosen by bit 7 (`vpmovb2m` of `idx`), then bit 8 (`high[0]`)
+/// and bit 9 (`high[1]`) of the index, as k-masks, in a tree of blends.
 ///
 /// # Safety
-/// Every index is inside `table`.
+/// `table` holds `128·SLICES` bytes; features are enabled by the calling kernel.
 #[inline(always)]
-unsafe fn iq_entries_u32(words: &[u64; 16], table: *const i32) -> [__m512i; 4] {
-    // SAFETY (whole body): indices inside `table` by the caller's contract; features are enabled by the calling
-    // kernel.
+unsafe fn lookup_bytes<const SLICES: usize>(
+    table: *const u8,
+    idx: __m512i,
+    high: [u64; 2],
+) -> __m512i {
+    // SAFETY (whole body): loads of 64-byte halves of the table's slices, inside it by the caller's contract.
     unsafe {
-        let e = |w: u64, k: u32| *table.add(((w >> (16 * k)) & 0xffff) as usize);
-        let mut out = [_mm512_setzero_si512(); 4];
-        for (c, o) in out.iter_mut().enumerate() {
-            let w = &words[4 * c..4 * c + 4];
-            *o = _mm512_set_epi32(
-                e(w[3], 3),
-                e(w[3], 2),
-                e(w[3], 1),
-                e(w[3], 0),
-                e(w[2], 3),
-                e(w[2], 2),
-                e(w[2], 1),
-                e(w[2], 0),
-                e(w[1], 3),
-                e(w[1], 2),
-                e(w[1], 1),
-                e(w[1], 0),
-                e(w[0], 3),
-                e(w[0], 2),
-                e(w[0], 1),
-                e(w[0], 0),
-            );
+        let masks = [_mm512_movepi8_mask(idx), high[0], high[1]];
+        let mut parts = [_mm512_setzero_si512(); SLICES];
+        for (s, part) in parts.iter_mut().enumerate() {
+            let lo = _mm512_loadu_si512(table.add(128 * s) as *const _);
+            let hi = _mm512_loadu_si512(table.add(128 * s + 64) as *const _);
+            *part = _mm512_permutex2var_epi8(lo, idx, hi);
         }
-        out
+        let (mut n, mut level) = (SLICES, 0);
+        while n > 1 {
+            for i in 0..n / 2 {
+                parts[i] = _mm512_mask_blend_epi8(masks[level], parts[2 * i], parts[2 * i + 1]);
+            }
+            n /= 2;
+            level += 1;
+        }
+        parts[0]
     }
 }
 
-/// A zmm of 32 word indices as qwords of four.
+/// IQ2 expansion, `vpermt2b` control for 64-weight group `c`: qword `k` takes the low code byte of entry
+/// `8c + k` (from the first table) in byte 0 and its high code byte (second table) in byte 1.
+const IQ2_PICK: [[u8; 64]; 4] = {
+    let mut t = [[0u8; 64]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut k = 0;
+        while k < 8 {
+            t[c][8 * k] = (8 * c + k) as u8;
+            t[c][8 * k + 1] = (64 + 8 * c + k) as u8;
+            k += 1;
+        }
+        c += 1;
+    }
+    t
+};
+
+/// IQ2 expansion, `vpmultishiftqb` control: byte `j` of each qword takes the bits from `2j`, the level number of
+/// the entry's byte `j` in its low two bits.
+const IQ2_SHIFT: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut b = 0;
+    while b < 64 {
+        t[b] = (2 * (b % 8)) as u8;
+        b += 1;
+    }
+    t
+};
+
+/// IQ3 expansion, `vpermt2b` control for 64-weight group `c`: dword `k` takes the low and high code bytes of
+/// entry `16c + k` in bytes 0 and 1.
+const IQ3_PICK: [[u8; 64]; 4] = {
+    let mut t = [[0u8; 64]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut k = 0;
+        while k < 16 {
+            t[c][4 * k] = (16 * c + k) as u8;
+            t[c][4 * k + 1] = (64 + 16 * c + k) as u8;
+            k += 1;
+        }
+        c += 1;
+    }
+    t
+};
+
+/// IQ3 expansion, `vpmultishiftqb` control: byte `b` of dword `k` takes the bits from `3b` of that dword.
+const IQ3_SHIFT: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut b = 0;
+    while b < 64 {
+        t[b] = (32 * ((b % 8) / 4) + 3 * (b % 4)) as u8;
+        b += 1;
+    }
+    t
+};
+
+/// A `vpermb` table from level numbers (the low `bits` bits of a byte) to magnitudes.
+const fn level_table(levels: &[u8], bits: u32) -> [u8; 64] {
+    let mut t = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        let l = i & ((1 << bits) - 1);
+        t[i] = if l < levels.len() { levels[l] } else { 0 };
+        i += 1;
+    }
+    t
+}
+
+/// The `vgf2p8affineqb` matrix and constant that map a level number (the low `bits` bits of a byte, higher bits
+/// ignored) to its magnitude, when the magnitudes are an affine image of their numbers over GF(2):
+/// `m(n) = m(0) ⊕ Σ nⱼ·(m(2ʲ) ⊕ m(0))` for every level. Output bit `i` is the parity of the input ANDed with
+/// matrix byte `7 − i`. `None` when the levels are not affine (IQ3_XXS: 62 where the rule gives 60).
+const fn affine_levels(levels: &[u8], bits: u32) -> Option<(i64, u8)> {
+    let b = levels[0];
+    let mut matrix = 0u64;
+    let mut j = 0;
+    while j < bits {
+        let image = levels[1 << j] ^ b;
+        let mut i = 0;
+        while i < 8 {
+            matrix |= (((image >> i) & 1) as u64) << (8 * (7 - i) + j);
+            i += 1;
+        }
+        j += 1;
+    }
+    let mut n = 0;
+    while n < levels.len() {
+        let mut v = b;
+        let mut j = 0;
+        while j < bits {
+            if n >> j & 1 == 1 {
+                v ^= levels[1 << j] ^ b;
+            }
+            j += 1;
+        }
+        if v != levels[n] {
+            return None;
+        }
+        n += 1;
+    }
+    Some((matrix as i64, b))
+}
+
+/// IQ2's 8, 25, 43 are `8 ⊕ 17·n₀ ⊕ 35·n₁`; IQ3_S's 1, 3, …, 15 are `1 ⊕ 2n`.
+const IQ2_AFFINE: (i64, u8) = affine_levels(&IQ2_LEVELS, 2).unwrap();
+const IQ3S_AFFINE: (i64, u8) = affine_levels(&IQ3S_LEVELS, 3).unwrap();
+const _: () = assert!(affine_levels(&IQ3XXS_LEVELS, 3).is_none());
+static IQ3XXS_LEVEL_TABLE: [u8; 64] = level_table(&IQ3XXS_LEVELS, 3);
+
+/// How a grid's level numbers become magnitudes: one `vgf2p8affineqb` (a vector ALU operation) with this
+/// matrix and the constant `B` of `grid_magnitudes` where the levels are affine over GF(2), else one `vpermb`
+/// from this table (a shuffle, and the shuffle pipes are what the IQ kernels are short of).
+#[derive(Clone, Copy)]
+enum Levels {
+    Affine(i64),
+    Table(&'static [u8; 64]),
+}
+
+/// A grid's code tables with the controls that expand them (`IQ2_PICK`/`IQ2_SHIFT` for eight-byte entries,
+/// `IQ3_*` for four-byte ones) and its level mapping.
+struct GridExpansion<const N: usize> {
+    codes: &'static GridCodes<N>,
+    pick: &'static [[u8; 64]; 4],
+    shift: &'static [u8; 64],
+    levels: Levels,
+}
+
+static IQ2XXS_EXPANSION: GridExpansion<256> = GridExpansion {
+    codes: &IQ2XXS_CODES,
+    pick: &IQ2_PICK,
+    shift: &IQ2_SHIFT,
+    levels: Levels::Affine(IQ2_AFFINE.0),
+};
+static IQ2XS_EXPANSION: GridExpansion<512> = GridExpansion {
+    codes: &IQ2XS_CODES,
+    pick: &IQ2_PICK,
+    shift: &IQ2_SHIFT,
+    levels: Levels::Affine(IQ2_AFFINE.0),
+};
+static IQ3XXS_EXPANSION: GridExpansion<256> = GridExpansion {
+    codes: &IQ3XXS_CODES,
+    pick: &IQ3_PICK,
+    shift: &IQ3_SHIFT,
+    levels: Levels::Table(&IQ3XXS_LEVEL_TABLE),
+};
+static IQ3S_EXPANSION: GridExpansion<512> = GridExpansion {
+    codes: &IQ3S_CODES,
+    pick: &IQ3_PICK,
+    shift: &IQ3_SHIFT,
+    levels: Levels::Affine(IQ3S_AFFINE.0),
+};
+
+/// The 256 magnitudes of a block from its grid indices: low bytes in `idx` (the first 32 bytes for IQ2's 32
+/// entries, all 64 for IQ3), bits 8 and 9 in `high`. The codes come from `lookup_bytes` (`SLICES = N / 128`
+/// `vpermi2b` per code table); then per 64 weights one `vpermt2b` puts each entry's two code bytes into its qword
+/// (IQ2) or dword (IQ3), one `vpmultishiftqb` each level number into its byte, and the level mapping (`Levels`,
+/// affine constant `B`) makes it a magnitude.
 #[inline(always)]
-unsafe fn index_words(v: __m512i) -> [u64; 8] {
-    let mut words = [0u64; 8];
-    // SAFETY: a 64-byte store into a 64-byte local; features are enabled by the calling kernel.
-    unsafe { _mm512_storeu_si512(words.as_mut_ptr() as *mut _, v) };
-    words
+unsafe fn grid_magnitudes<const N: usize, const SLICES: usize, const B: i32>(
+    grid: &GridExpansion<N>,
+    idx: __m512i,
+    high: [u64; 2],
+) -> [__m512i; 4] {
+    const { assert!(N == 128 * SLICES) };
+    // SAFETY (whole body): the code tables hold 128·SLICES bytes each; the other loads are of static 64-byte
+    // tables; features are enabled by the calling kernel.
+    unsafe {
+        let lo = lookup_bytes::<SLICES>(grid.codes.lo.as_ptr(), idx, high);
+        let hi = lookup_bytes::<SLICES>(grid.codes.hi.as_ptr(), idx, high);
+        let shift = _mm512_loadu_si512(grid.shift.as_ptr() as *const _);
+        // A loop, not `array::from_fn`: a closure would not inherit the kernel's features.
+        let mut out = [_mm512_setzero_si512(); 4];
+        for (c, o) in out.iter_mut().enumerate() {
+            let pick = _mm512_loadu_si512(grid.pick[c].as_ptr() as *const _);
+            let numbers =
+                _mm512_multishift_epi64_epi8(shift, _mm512_permutex2var_epi8(lo, pick, hi));
+            *o = match grid.levels {
+                Levels::Affine(a) => {
+                    _mm512_gf2p8affine_epi64_epi8::<B>(numbers, _mm512_set1_epi64(a))
+                }
+                Levels::Table(t) => {
+                    _mm512_permutexvar_epi8(numbers, _mm512_loadu_si512(t.as_ptr() as *const _))
+                }
+            };
+        }
+        out
+    }
 }
 
 /// The 32 sign bytes in `v`, stored in `scratch`.
@@ -1298,7 +1476,9 @@ impl IqDecode for BlockIQ2S {
             let high = _mm512_multishift_epi64_epi8(ctrl, qh);
             // (high & 0x0300) | low
             let idx = _mm512_ternarylogic_epi32::<0xf8>(low, high, _mm512_set1_epi16(0x0300));
-            iq_entries_u64(&index_words(idx), IQ2S_GRID.as_ptr() as *const i64)
+            let mut words = [0u64; 8];
+            _mm512_storeu_si512(words.as_mut_ptr() as *mut _, idx);
+            entries_by_loads(&words, IQ2S_GRID.as_ptr() as *const i64)
         }
     }
     #[inline(always)]
@@ -1315,11 +1495,15 @@ impl IqDecode for BlockIQ2S {
 impl IqDecode for BlockIQ2XS {
     #[inline(always)]
     unsafe fn magnitudes(&self) -> [__m512i; 4] {
-        // SAFETY (whole body): a 64-byte load of `qs`; indices `qs[g] & 511` are inside the 512-entry grid.
+        // SAFETY (whole body): a 64-byte load of `qs`; indices `qs[g] & 511` are inside the 512-entry tables.
         unsafe {
             let w = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
-            let idx = _mm512_and_si512(w, _mm512_set1_epi16(511));
-            iq_entries_u64(&index_words(idx), IQ2XS_GRID.as_ptr() as *const i64)
+            let idx = _mm512_castsi256_si512(_mm512_cvtepi16_epi8(w));
+            let high = [
+                _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x0100)) as u64,
+                0,
+            ];
+            grid_magnitudes::<512, 4, { IQ2_AFFINE.1 as i32 }>(&IQ2XS_EXPANSION, idx, high)
         }
     }
     #[inline(always)]
@@ -1370,12 +1554,12 @@ const IQ3XXS_SIGN_SHIFT: [u8; 64] = {
 impl IqDecode for BlockIQ2XXS {
     #[inline(always)]
     unsafe fn magnitudes(&self) -> [__m512i; 4] {
-        // SAFETY (whole body): a 64-byte load of `qs`; the indices are bytes, inside the 256-entry grid.
+        // SAFETY (whole body): a 64-byte load of `qs`; the indices are bytes, inside the 256-entry tables.
         unsafe {
             let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
             // The low dword of each chunk's qword holds its four index bytes.
-            let idx = _mm512_cvtepu8_epi16(_mm512_cvtepi64_epi32(q));
-            iq_entries_u64(&index_words(idx), IQ2XXS_GRID.as_ptr() as *const i64)
+            let idx = _mm512_castsi256_si512(_mm512_cvtepi64_epi32(q));
+            grid_magnitudes::<256, 2, { IQ2_AFFINE.1 as i32 }>(&IQ2XXS_EXPANSION, idx, [0, 0])
         }
     }
     #[inline(always)]
@@ -1401,15 +1585,11 @@ impl IqDecode for BlockIQ2XXS {
 impl IqDecode for BlockIQ3XXS {
     #[inline(always)]
     unsafe fn magnitudes(&self) -> [__m512i; 4] {
-        // SAFETY (whole body): a 64-byte load of `qs[0..64]`; the indices are bytes, inside the 256-entry grid.
+        // SAFETY (whole body): a 64-byte load of `qs[0..64]`; the indices are bytes, inside the 256-entry
+        // tables.
         unsafe {
-            let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
-            let words = [
-                index_words(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(q))),
-                index_words(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(q))),
-            ];
-            let words: [u64; 16] = std::array::from_fn(|i| words[i / 8][i % 8]);
-            iq_entries_u32(&words, IQ3XXS_GRID.as_ptr() as *const i32)
+            let idx = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
+            grid_magnitudes::<256, 2, 0>(&IQ3XXS_EXPANSION, idx, [0, 0])
         }
     }
     #[inline(always)]
@@ -1437,23 +1617,12 @@ impl IqDecode for BlockIQ3XXS {
 impl IqDecode for BlockIQ3S {
     #[inline(always)]
     unsafe fn magnitudes(&self) -> [__m512i; 4] {
-        // SAFETY (whole body): loads of `qs` and `qh`; the indices `qs[k] | bit k of qh << 8` are 9 bits, inside
-        // the 512-entry grid.
+        // SAFETY (whole body): a 64-byte load of `qs`; the indices `qs[k] | bit k of qh << 8` are 9 bits,
+        // inside the 512-entry tables.
         unsafe {
-            let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
-            let qh = u64::from_le_bytes(self.qh);
-            let high = _mm512_set1_epi16(0x100);
-            let lo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q));
-            let hi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(q));
-            let words = [
-                index_words(_mm512_or_si512(lo, _mm512_maskz_mov_epi16(qh as u32, high))),
-                index_words(_mm512_or_si512(
-                    hi,
-                    _mm512_maskz_mov_epi16((qh >> 32) as u32, high),
-                )),
-            ];
-            let words: [u64; 16] = std::array::from_fn(|i| words[i / 8][i % 8]);
-            iq_entries_u32(&words, IQ3S_GRID.as_ptr() as *const i32)
+            let idx = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
+            let high = [u64::from_le_bytes(self.qh), 0];
+            grid_magnitudes::<512, 4, { IQ3S_AFFINE.1 as i32 }>(&IQ3S_EXPANSION, idx, high)
         }
     }
     #[inline(always)]
@@ -1471,16 +1640,16 @@ impl IqDecode for BlockIQ3S {
     }
 }
 
-/// Scale words for 64-weight group `c` of a block: `vpermb` index into the sixteen scale bytes; 128-bit lane
-/// `k` of group `c` (elements `64c + 16k..+16`) takes byte `4c + k`, in the even byte of each word.
-const IQ_SCALE_PERM: [[u8; 64]; 4] = {
-    let mut t = [[0u8; 64]; 4];
+/// Scale words for 64-weight group `c` of a block: `vpermw` index into the sixteen scales as words; 128-bit
+/// lane `k` of group `c` (elements `64c + 16k..+16`) takes scale `4c + k`.
+const IQ_SCALE_PERM: [[u16; 32]; 4] = {
+    let mut t = [[0u16; 32]; 4];
     let mut c = 0;
     while c < 4 {
-        let mut b = 0;
-        while b < 64 {
-            t[c][b] = (4 * c + b / 16) as u8;
-            b += 1;
+        let mut w = 0;
+        while w < 32 {
+            t[c][w] = (4 * c + w / 8) as u16;
+            w += 1;
         }
         c += 1;
     }
@@ -1500,7 +1669,9 @@ unsafe fn iq_block_partials<B: IqDecode, const HASWELL: bool>(
     // SAFETY (whole body): every load is inside `q` (292 bytes) or a static table, the block's own loads are
     // its decoder's; features are enabled by the calling kernel.
     unsafe {
-        let s8 = _mm512_castsi128_si512(b.scale_bytes());
+        // The scales as words once per block, so each group's scale words are one `vpermw` (a zero-masked
+        // `vpermb` on the bytes costs the compiler a `vpermb` and a `vpandq`).
+        let s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(b.scale_bytes()));
         let magnitudes = b.magnitudes();
         let mut scratch = [0u8; 32];
         let signs = b.sign_bytes(&mut scratch).as_ptr();
@@ -1515,7 +1686,7 @@ unsafe fn iq_block_partials<B: IqDecode, const HASWELL: bool>(
             let q8s = _mm512_mask_sub_epi8(q8, neg, _mm512_setzero_si512(), q8);
             let pairs = _mm512_maddubs_epi16(magnitudes[c], q8s);
             let perm = _mm512_loadu_si512(IQ_SCALE_PERM[c].as_ptr() as *const _);
-            let scale = _mm512_maskz_permutexvar_epi8(0x5555_5555_5555_5555, perm, s8);
+            let scale = _mm512_permutexvar_epi16(perm, s16);
             acc = _mm512_dpwssd_epi32(acc, pairs, scale);
         }
         acc
@@ -1529,7 +1700,7 @@ unsafe fn iq_block_partials<B: IqDecode, const HASWELL: bool>(
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= x.len()`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
 pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool>(x: &[B], y: &[BlockQ8K]) -> f32 {
     debug_assert!(y.len() >= x.len());
     // SAFETY (whole block): block `i` of x and y are inside the slices; this function enables the features.
