@@ -12,6 +12,8 @@
 
 #define TQ2_0_BYTES 66
 
+#define TQ1_0_BYTES 54
+
 #define Q8_K_BYTES 292
 
 #define QK_PQ2_0 128
@@ -39,6 +41,8 @@
 #define GGML_TYPE_Q2_0 42
 
 #define GGML_TYPE_TQ2_0 35
+
+#define GGML_TYPE_TQ1_0 34
 
 #define GGML_TYPE_IQ2_XXS 16
 
@@ -126,6 +130,29 @@ void ggml_vec_dot_tq2_0_q8_K(int n,
                              const void *vy,
                              size_t by,
                              int nrc);
+
+/*
+ `*s = Σ` of one TQ1_0 row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+
+ # Safety
+ As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+ */
+void ggml_vec_dot_tq1_0_q8_K(int n,
+                             float *s,
+                             size_t bs,
+                             const void *vx,
+                             size_t bx,
+                             const void *vy,
+                             size_t by,
+                             int nrc);
+
+/*
+ Dequantizes `k` weights (whole blocks of 256) of a TQ1_0 row.
+
+ # Safety
+ As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+ */
+void dequantize_row_tq1_0(const void *vx, float *y, int64_t k);
 
 /*
  Dequantizes `k` weights (whole blocks of 256) of a TQ2_0 row.
@@ -462,6 +489,21 @@ void ggml_lowbit_vec_dot_iq3_xxs_q8_K(int n,
  As `ggml_vec_dot_iq3_s_q8_K`.
  */
 void ggml_lowbit_vec_dot_iq3_s_q8_K(int n,
+                                    float *s,
+                                    size_t bs,
+                                    const void *vx,
+                                    size_t bx,
+                                    const void *vy,
+                                    size_t by,
+                                    int nrc);
+
+/*
+ `ggml_vec_dot_tq1_0_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+
+ # Safety
+ As `ggml_vec_dot_tq1_0_q8_K`.
+ */
+void ggml_lowbit_vec_dot_tq1_0_q8_K(int n,
                                     float *s,
                                     size_t bs,
                                     const void *vx,

@@ -23,6 +23,7 @@ use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{self, BlockQ2_0};
 use crate::formats::q8_0::{self, BlockQ8_0};
 use crate::formats::q8_k::{self, BlockQ8K};
+use crate::formats::tq1_0::{self, BlockTQ1_0};
 use crate::formats::tq2_0::{self, BlockTQ2_0};
 use crate::tiles::{mul_mat_by_pairs, Emit, Rows};
 use crate::FloatOrder;
@@ -103,6 +104,7 @@ pub struct Kernels {
     vec_dot_q1_0_q8_0: unsafe fn(&[BlockQ1_0], &[BlockQ8_0]) -> f32,
     mul_mat_q1_0_q8_0: unsafe fn(Rows<'_, BlockQ1_0>, Rows<'_, BlockQ8_0>, Emit<'_>),
     vec_dot_tq2_0_q8_k: unsafe fn(&[BlockTQ2_0], &[BlockQ8K]) -> f32,
+    vec_dot_tq1_0_q8_k: unsafe fn(&[BlockTQ1_0], &[BlockQ8K]) -> f32,
     vec_dot_iq2_xxs_q8_k: IqDot<BlockIQ2XXS>,
     vec_dot_iq2_xs_q8_k: IqDot<BlockIQ2XS>,
     vec_dot_iq2_s_q8_k: IqDot<BlockIQ2S>,
@@ -110,6 +112,10 @@ pub struct Kernels {
     vec_dot_iq3_s_q8_k: IqDot<BlockIQ3S>,
     quantize_row_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
 }
+
+/// Whether the AVX-512 TQ1_0 kernel measured faster than stock haswell's AVX2 one (1.10–1.13×,
+/// `docs/tq1_0.md`).
+const TQ1_0_AVX512_BEATS_HASWELL: bool = true;
 
 /// One IQ format's vec_dot entry in a `Kernels` table.
 type IqDot<B> = unsafe fn(&[B], &[BlockQ8K]) -> f32;
@@ -212,6 +218,11 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_tq2_0_q8_k::<false>
                         },
+                        vec_dot_tq1_0_q8_k: if haswell {
+                            avx512::vec_dot_tq1_0_q8_k::<true>
+                        } else {
+                            avx512::vec_dot_tq1_0_q8_k::<false>
+                        },
                         vec_dot_iq2_xxs_q8_k: avx512_iq(haswell),
                         vec_dot_iq2_xs_q8_k: avx512_iq(haswell),
                         vec_dot_iq2_s_q8_k: avx512_iq(haswell),
@@ -265,6 +276,11 @@ impl Kernels {
                             tq2_0::vec_dot_tq2_0_q8_k_haswell_model
                         } else {
                             tq2_0::vec_dot_tq2_0_q8_k_x64_model
+                        },
+                        vec_dot_tq1_0_q8_k: if haswell {
+                            tq1_0::vec_dot_tq1_0_q8_k_haswell_model
+                        } else {
+                            tq1_0::vec_dot_tq1_0_q8_k_x64_model
                         },
                         // No AVX2 IQ kernels: stock's haswell kernels are AVX2 already; the library passes the
                         // IQ formats to stock without AVX-512 (`serves_iq_over_stock`).
@@ -322,6 +338,11 @@ impl Kernels {
                 tq2_0::vec_dot_tq2_0_q8_k_haswell_model
             } else {
                 tq2_0::vec_dot_tq2_0_q8_k_x64_model
+            },
+            vec_dot_tq1_0_q8_k: if haswell {
+                tq1_0::vec_dot_tq1_0_q8_k_haswell_model
+            } else {
+                tq1_0::vec_dot_tq1_0_q8_k_x64_model
             },
             vec_dot_iq2_xxs_q8_k: iq_model(haswell),
             vec_dot_iq2_xs_q8_k: iq_model(haswell),
@@ -406,6 +427,12 @@ impl Kernels {
         self.isa >= Isa::Avx512 && (self.order == FloatOrder::X64 || B::AVX512_BEATS_STOCK)
     }
 
+    /// Whether this table's TQ1_0 kernel beats stock's: the AVX-512 one, against the x64 build's generic C
+    /// (9.3×) and the haswell build's AVX2 kernel (`TQ1_0_AVX512_BEATS_HASWELL`, `docs/tq1_0.md`).
+    pub fn serves_tq1_0_over_stock(&self) -> bool {
+        self.isa >= Isa::Avx512 && (self.order == FloatOrder::X64 || TQ1_0_AVX512_BEATS_HASWELL)
+    }
+
     /// Whether this table's TQ2_0 kernel beats stock's: the AVX-512 one against the x64 build's generic C
     /// (13.7×); against the haswell build's AVX2 kernel none of ours did (`docs/tq2_0.md`).
     pub fn serves_tq2_0_over_stock(&self) -> bool {
@@ -431,6 +458,19 @@ impl Kernels {
         assert!(y.len() >= x.len() / 256, "q8_K output too short");
         // SAFETY: as `vec_dot_q2_0_q8_0`.
         unsafe { (self.quantize_row_q8_k)(x, y) }
+    }
+
+    /// TQ1_0 against `x.len()` q8_K blocks, in the haswell build's eight-lane order or the x64 build's chain.
+    pub fn vec_dot_tq1_0_q8_k(&self, x: &[BlockTQ1_0], y: &[BlockQ8K]) -> f32 {
+        assert!(y.len() >= x.len(), "q8_K row shorter than the TQ1_0 row");
+        // SAFETY: as `vec_dot_q2_0_q8_0`.
+        unsafe { (self.vec_dot_tq1_0_q8_k)(x, y) }
+    }
+
+    /// `dequantize_row_tq1_0` (the scalar model; the same bits in both builds).
+    pub fn dequantize_row_tq1_0(&self, x: &[BlockTQ1_0], y: &mut [f32]) {
+        assert!(y.len() >= 256 * x.len(), "f32 output too short");
+        tq1_0::dequantize_row_tq1_0_model(x, y)
     }
 
     /// `dequantize_row_tq2_0` (the scalar model on every instruction set; same bits in both builds).

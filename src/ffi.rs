@@ -18,9 +18,18 @@ use crate::formats::iq3_s::BlockIQ3S;
 use crate::formats::iq3_xxs::BlockIQ3XXS;
 use crate::interpose::{self, VecDotArgs};
 
+/// Writes `ggml-lowbit: <message>` and a newline to stderr in one `write`: llama.cpp logs from its own thread
+/// without Rust's stderr lock, and `eprintln!` writes a formatted line piece by piece, so a line of ours could
+/// be split by one of its lines (seen under load: the harness then missed our "float order" line).
+pub fn log_line(message: &str) {
+    use std::io::Write;
+    let line = format!("ggml-lowbit: {message}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
 /// Prints `ggml-lowbit: <message>` on stderr and aborts: for errors that must not go on silently.
 pub fn fatal(message: &str) -> ! {
-    eprintln!("ggml-lowbit: {message}");
+    log_line(message);
     std::process::abort()
 }
 
@@ -132,6 +141,40 @@ pub unsafe extern "C" fn ggml_vec_dot_tq2_0_q8_K(
     // SAFETY: ggml's contract for this symbol, passed on.
     guard("ggml_vec_dot_tq2_0_q8_K", || unsafe {
         interpose::vec_dot_tq2_0_q8_k(args)
+    })
+}
+
+/// `*s = Σ` of one TQ1_0 row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
+///
+/// # Safety
+/// As ggml's: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_vec_dot_tq1_0_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_vec_dot_tq1_0_q8_K", || unsafe {
+        interpose::vec_dot_tq1_0_q8_k(args)
+    })
+}
+
+/// Dequantizes `k` weights (whole blocks of 256) of a TQ1_0 row.
+///
+/// # Safety
+/// As ggml's: `vx` holds `k/256` blocks, `y` has room for `k` floats.
+#[no_mangle]
+pub unsafe extern "C" fn dequantize_row_tq1_0(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("dequantize_row_tq1_0", || unsafe {
+        interpose::dequantize_row_tq1_0(vx, y, k)
     })
 }
 
@@ -653,6 +696,28 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_iq3_s_q8_K(
     // SAFETY: ggml's contract for this symbol, passed on.
     guard("ggml_lowbit_vec_dot_iq3_s_q8_K", || unsafe {
         interpose::vec_dot_iq_q8_k::<BlockIQ3S>(args)
+    })
+}
+
+/// `ggml_vec_dot_tq1_0_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
+///
+/// # Safety
+/// As `ggml_vec_dot_tq1_0_q8_K`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_vec_dot_tq1_0_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_vec_dot_tq1_0_q8_K", || unsafe {
+        interpose::vec_dot_tq1_0_q8_k(args)
     })
 }
 

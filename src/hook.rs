@@ -169,7 +169,10 @@ fn hook() -> &'static Hook {
         let off = if !wanted {
             Some("GGML_LOWBIT_MULMAT=0".to_string())
         } else if c.mode != Mode::Serve {
-            Some(format!("mode {:?} compares or passes each vec_dot call", c.mode))
+            Some(format!(
+                "mode {:?} compares or passes each vec_dot call",
+                c.mode
+            ))
         } else if barrier.is_none() {
             Some("no ggml-cpu behind the library".to_string())
         } else {
@@ -181,12 +184,18 @@ fn hook() -> &'static Hook {
         };
         if c.log {
             match &off {
-                None => eprintln!(
-                    "ggml-lowbit: mul_mat hook on (ggml {}): Q2_0{} products through the tile kernels",
+                None => crate::ffi::log_line(&format!(
+                    "mul_mat hook on (ggml {}): Q2_0{} products through the tile kernels",
                     version.as_deref().unwrap_or("?"),
-                    if c.kernels.serves_q1_0_over_stock() { " and Q1_0" } else { "" }
-                ),
-                Some(why) => eprintln!("ggml-lowbit: mul_mat hook off ({why}): vec_dot interposition only"),
+                    if c.kernels.serves_q1_0_over_stock() {
+                        " and Q1_0"
+                    } else {
+                        ""
+                    }
+                )),
+                Some(why) => crate::ffi::log_line(&format!(
+                    "mul_mat hook off ({why}): vec_dot interposition only"
+                )),
             }
         }
         Hook {

@@ -33,6 +33,7 @@ use crate::formats::q8_0::{
     quantize_block_q8_0_avx_model, quantize_block_q8_0_ref_model, BlockQ8_0,
 };
 use crate::formats::q8_k::BlockQ8K;
+use crate::formats::tq1_0::BlockTQ1_0;
 use crate::formats::tq2_0::BlockTQ2_0;
 use crate::formats::RawBlock;
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, VecDotFn};
@@ -62,6 +63,8 @@ pub struct Next {
     pub dequantize_row_q1_0: Option<DequantizeRowFn>,
     pub vec_dot_tq2_0_q8_k: Option<VecDotFn>,
     pub dequantize_row_tq2_0: Option<DequantizeRowFn>,
+    pub vec_dot_tq1_0_q8_k: Option<VecDotFn>,
+    pub dequantize_row_tq1_0: Option<DequantizeRowFn>,
     /// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (the order of `IQ_SYMBOLS`).
     pub vec_dot_iq: [Option<VecDotFn>; 5],
     pub dequantize_row_iq: [Option<DequantizeRowFn>; 5],
@@ -191,6 +194,8 @@ fn find_next() -> Next {
         dequantize_row_q1_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_q1_0"),
         vec_dot_tq2_0_q8_k: next_symbol::<VecDotFn>(c"ggml_vec_dot_tq2_0_q8_K"),
         dequantize_row_tq2_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_tq2_0"),
+        vec_dot_tq1_0_q8_k: next_symbol::<VecDotFn>(c"ggml_vec_dot_tq1_0_q8_K"),
+        dequantize_row_tq1_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_tq1_0"),
         vec_dot_iq: IQ_SYMBOLS.map(|(dot, _)| next_symbol::<VecDotFn>(dot)),
         dequantize_row_iq: IQ_SYMBOLS.map(|(_, deq)| next_symbol::<DequantizeRowFn>(deq)),
         quantize_row_q8_k: next_symbol::<QuantizeRowFn>(c"quantize_row_q8_K"),
@@ -247,10 +252,10 @@ pub fn config() -> &'static Config {
             None if have_stock && mode != Mode::Disable => match probe_order(&next) {
                 Probe::Order(o) => (o, "probed against the stock library"),
                 Probe::Neither(why) => {
-                    eprintln!(
-                        "ggml-lowbit: the stock library reproduces neither modelled float order ({why}); \
-                         every call is passed to stock"
-                    );
+                    crate::ffi::log_line(&format!(
+                        "the stock library reproduces neither modelled float order ({why}); every call is \
+                         passed to stock"
+                    ));
                     mode = Mode::Disable;
                     (default_order(), "unmatched")
                 }
@@ -263,13 +268,13 @@ pub fn config() -> &'static Config {
             unsafe { libc::atexit(summary_at_exit) };
         }
         if log {
-            eprintln!(
-                "ggml-lowbit: float order {} ({how}), instruction set {}, mode {:?}, stock symbols {}",
+            crate::ffi::log_line(&format!(
+                "float order {} ({how}), instruction set {}, mode {:?}, stock symbols {}",
                 order.name(),
                 kernels.isa.name(),
                 mode,
                 if have_stock { "found" } else { "not found" }
-            );
+            ));
         }
         Config {
             mode,
@@ -1087,6 +1092,38 @@ pub unsafe fn dequantize_row_iq<B: IqSymbol>(vx: *const c_void, y: *mut f32, k: 
             true,
             256,
             Kernels::dequantize_row_iq::<B>,
+            (vx, y, k),
+        )
+    }
+}
+
+/// # Safety
+/// ggml's contract for `ggml_vec_dot_tq1_0_q8_K`.
+pub unsafe fn vec_dot_tq1_0_q8_k(a: VecDotArgs) {
+    let stock_first = !config().kernels.serves_tq1_0_over_stock();
+    // SAFETY: passed on.
+    unsafe {
+        vec_dot_q8_k_rows::<BlockTQ1_0>(
+            "ggml_vec_dot_tq1_0_q8_K",
+            |n| n.vec_dot_tq1_0_q8_k,
+            stock_first,
+            Kernels::vec_dot_tq1_0_q8_k,
+            a,
+        )
+    }
+}
+
+/// # Safety
+/// ggml's contract for `dequantize_row_tq1_0`.
+pub unsafe fn dequantize_row_tq1_0(vx: *const c_void, y: *mut f32, k: i64) {
+    // SAFETY: passed on; ours (the scalar model) is no faster than stock's.
+    unsafe {
+        dequantize_rows::<BlockTQ1_0>(
+            "dequantize_row_tq1_0",
+            |n| n.dequantize_row_tq1_0,
+            true,
+            256,
+            Kernels::dequantize_row_tq1_0,
             (vx, y, k),
         )
     }

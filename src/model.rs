@@ -16,6 +16,7 @@ pub const GGML_TYPE_F32: u32 = 0;
 pub const GGML_TYPE_Q1_0: u32 = 41;
 pub const GGML_TYPE_Q2_0: u32 = 42;
 pub const GGML_TYPE_TQ2_0: u32 = 35;
+pub const GGML_TYPE_TQ1_0: u32 = 34;
 pub const GGML_TYPE_IQ2_XXS: u32 = 16;
 pub const GGML_TYPE_IQ2_XS: u32 = 17;
 pub const GGML_TYPE_IQ3_XXS: u32 = 18;
@@ -124,6 +125,8 @@ pub enum WeightType {
     Q1_0,
     /// BitNet-style ternary, 256 weights per block (activations in q8_K).
     Tq2_0,
+    /// BitNet-style ternary at 1.6875 bits (five digits per byte), 256 weights per block.
+    Tq1_0,
     /// The IQ lattice quants (activations in q8_K): 2.0625, 2.3125, 2.5625, 3.0625 and 3.4375 bits.
     Iq2Xxs,
     Iq2Xs,
@@ -137,10 +140,11 @@ pub enum WeightType {
 }
 
 impl WeightType {
-    pub const ALL: [WeightType; 10] = [
+    pub const ALL: [WeightType; 11] = [
         WeightType::Q2_0,
         WeightType::Q1_0,
         WeightType::Tq2_0,
+        WeightType::Tq1_0,
         WeightType::Iq2Xxs,
         WeightType::Iq2Xs,
         WeightType::Iq2S,
@@ -155,6 +159,7 @@ impl WeightType {
             WeightType::Q2_0 => "q2_0",
             WeightType::Q1_0 => "q1_0",
             WeightType::Tq2_0 => "tq2_0",
+            WeightType::Tq1_0 => "tq1_0",
             WeightType::Iq2Xxs => "iq2_xxs",
             WeightType::Iq2Xs => "iq2_xs",
             WeightType::Iq2S => "iq2_s",
@@ -174,6 +179,7 @@ impl WeightType {
             WeightType::Q2_0 => GGML_TYPE_Q2_0,
             WeightType::Q1_0 => GGML_TYPE_Q1_0,
             WeightType::Tq2_0 => GGML_TYPE_TQ2_0,
+            WeightType::Tq1_0 => GGML_TYPE_TQ1_0,
             WeightType::Iq2Xxs => GGML_TYPE_IQ2_XXS,
             WeightType::Iq2Xs => GGML_TYPE_IQ2_XS,
             WeightType::Iq2S => GGML_TYPE_IQ2_S,
@@ -190,6 +196,7 @@ impl WeightType {
             WeightType::Q2_0 => (64, 18),
             WeightType::Q1_0 => (128, 18),
             WeightType::Tq2_0 => (256, 66),
+            WeightType::Tq1_0 => (256, 54),
             WeightType::Iq2Xxs => (256, 66),
             WeightType::Iq2Xs => (256, 74),
             WeightType::Iq2S => (256, 82),
@@ -205,6 +212,7 @@ impl WeightType {
         matches!(
             self,
             WeightType::Tq2_0
+                | WeightType::Tq1_0
                 | WeightType::Iq2Xxs
                 | WeightType::Iq2Xs
                 | WeightType::Iq2S
@@ -265,6 +273,10 @@ impl WeightType {
                                 chunk.copy_from_slice(&bits[..chunk.len()]);
                             }
                         }
+                        WeightType::Tq1_0 => {
+                            fill_tq1_0(&mut blk[..52], &mut rng);
+                            blk[52..].copy_from_slice(&d);
+                        }
                         WeightType::Ptq1_0 => {
                             blk[26..].copy_from_slice(&d);
                             fill_trits(&mut blk[..26], &mut rng);
@@ -317,6 +329,27 @@ fn fill_trits(packed: &mut [u8], rng: &mut impl FnMut() -> u64) {
             bits = rng();
         }
         let (byte, n) = element_source(p);
+        digits[byte][n] = TERNARY[(bits & 15) as usize] as u32;
+        bits >>= 4;
+    }
+    for (out, d) in packed.iter_mut().zip(digits) {
+        let x = d.iter().fold(0, |a, &t| 3 * a + t);
+        *out = (x * 256).div_ceil(243) as u8;
+    }
+}
+
+/// The 52 packed bytes (`qs[48]`, `qh[4]`) of a TQ1_0 block of ternary weights (31/38/31 %): each element's
+/// digit goes to the byte and digit position `tq1_0::element_source` assigns it (a `qh` byte's fifth digit is
+/// 0), each byte packed as the quantizer does, `ceil(x·256/243)` for `x = Σ dₙ·3^(4−n)`.
+fn fill_tq1_0(packed: &mut [u8], rng: &mut impl FnMut() -> u64) {
+    use crate::formats::tq1_0::element_source;
+    let mut digits = [[0u32; 5]; 52];
+    let mut bits = 0u64;
+    for e in 0..256 {
+        if e % 16 == 0 {
+            bits = rng();
+        }
+        let (byte, n) = element_source(e);
         digits[byte][n] = TERNARY[(bits & 15) as usize] as u32;
         bits >>= 4;
     }

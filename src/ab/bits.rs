@@ -10,7 +10,9 @@ use std::ffi::{c_int, c_void};
 
 use rand::Rng;
 
-use super::cases::{Gen, Unaligned, Q1_0_BYTES, Q2_0_BYTES, Q8_0_BYTES, Q8_K_BYTES, TQ2_0_BYTES};
+use super::cases::{
+    Gen, Unaligned, Q1_0_BYTES, Q2_0_BYTES, Q8_0_BYTES, Q8_K_BYTES, TQ1_0_BYTES, TQ2_0_BYTES,
+};
 use crate::dispatch::{Isa, Kernels};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
@@ -22,7 +24,7 @@ use crate::interpose::IQ_SYMBOLS;
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, StockLib, VecDotFn};
 use crate::FloatOrder;
 
-pub const SYMBOLS: [&str; 20] = [
+pub const SYMBOLS: [&str; 22] = [
     "ggml_vec_dot_q2_0_q8_0",
     "quantize_row_q8_0",
     "dequantize_row_q2_0",
@@ -32,6 +34,8 @@ pub const SYMBOLS: [&str; 20] = [
     "ggml_lowbit_mul_mat_q1_0_q8_0",
     "ggml_vec_dot_tq2_0_q8_K",
     "dequantize_row_tq2_0",
+    "ggml_vec_dot_tq1_0_q8_K",
+    "dequantize_row_tq1_0",
     "ggml_vec_dot_iq2_xxs_q8_K",
     "dequantize_row_iq2_xxs",
     "ggml_vec_dot_iq2_xs_q8_K",
@@ -55,6 +59,7 @@ fn symbol_index(name: &str) -> usize {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KFormat {
     Tq2_0,
+    Tq1_0,
     Iq(usize),
 }
 
@@ -62,8 +67,9 @@ pub enum KFormat {
 const IQ_BLOCK_BYTES: [usize; 5] = [66, 74, 82, 98, 110];
 
 impl KFormat {
-    pub const ALL: [KFormat; 6] = [
+    pub const ALL: [KFormat; 7] = [
         KFormat::Tq2_0,
+        KFormat::Tq1_0,
         KFormat::Iq(0),
         KFormat::Iq(1),
         KFormat::Iq(2),
@@ -74,6 +80,7 @@ impl KFormat {
     pub fn block_bytes(self) -> usize {
         match self {
             KFormat::Tq2_0 => TQ2_0_BYTES,
+            KFormat::Tq1_0 => TQ1_0_BYTES,
             KFormat::Iq(i) => IQ_BLOCK_BYTES[i],
         }
     }
@@ -81,6 +88,7 @@ impl KFormat {
     pub fn vec_dot_symbol(self) -> &'static str {
         match self {
             KFormat::Tq2_0 => "ggml_vec_dot_tq2_0_q8_K",
+            KFormat::Tq1_0 => "ggml_vec_dot_tq1_0_q8_K",
             KFormat::Iq(i) => IQ_SYMBOLS[i].0.to_str().expect("ASCII"),
         }
     }
@@ -88,6 +96,7 @@ impl KFormat {
     pub fn dequantize_symbol(self) -> &'static str {
         match self {
             KFormat::Tq2_0 => "dequantize_row_tq2_0",
+            KFormat::Tq1_0 => "dequantize_row_tq1_0",
             KFormat::Iq(i) => IQ_SYMBOLS[i].1.to_str().expect("ASCII"),
         }
     }
@@ -100,6 +109,7 @@ impl KFormat {
     fn fill(self, gen: &mut Gen, nb: usize, out: &mut [u8]) {
         match self {
             KFormat::Tq2_0 => gen.tq2_0_row(nb, out),
+            KFormat::Tq1_0 => gen.tq1_0_row(nb, out),
             KFormat::Iq(i) => gen.iq_row(i, IQ_BLOCK_BYTES[i], nb, out),
         }
     }
@@ -147,6 +157,8 @@ pub struct CSymbols {
     pub mul_mat_q1_0_q8_0: Option<MulMatFn>,
     pub vec_dot_tq2_0_q8_k: VecDotFn,
     pub dequantize_row_tq2_0: DequantizeRowFn,
+    pub vec_dot_tq1_0_q8_k: VecDotFn,
+    pub dequantize_row_tq1_0: DequantizeRowFn,
     /// The IQ formats, in the order of `interpose::IQ_SYMBOLS`.
     pub vec_dot_iq: [VecDotFn; 5],
     pub dequantize_row_iq: [DequantizeRowFn; 5],
@@ -166,6 +178,8 @@ impl CSymbols {
             mul_mat_q1_0_q8_0: None,
             vec_dot_tq2_0_q8_k: stock.vec_dot("ggml_vec_dot_tq2_0_q8_K")?,
             dequantize_row_tq2_0: stock.dequantize_row("dequantize_row_tq2_0")?,
+            vec_dot_tq1_0_q8_k: stock.vec_dot("ggml_vec_dot_tq1_0_q8_K")?,
+            dequantize_row_tq1_0: stock.dequantize_row("dequantize_row_tq1_0")?,
             vec_dot_iq: iq_symbols(false, |name| stock.vec_dot(name))?,
             dequantize_row_iq: iq_symbols(true, |name| stock.dequantize_row(name))?,
             quantize_row_q8_k: stock.quantize_row("quantize_row_q8_K")?,
@@ -206,6 +220,12 @@ impl CSymbols {
                 dequantize_row_tq2_0: *lib
                     .get::<DequantizeRowFn>(b"dequantize_row_tq2_0\0")
                     .map_err(|e| e.to_string())?,
+                vec_dot_tq1_0_q8_k: *lib
+                    .get::<VecDotFn>(b"ggml_vec_dot_tq1_0_q8_K\0")
+                    .map_err(|e| e.to_string())?,
+                dequantize_row_tq1_0: *lib
+                    .get::<DequantizeRowFn>(b"dequantize_row_tq1_0\0")
+                    .map_err(|e| e.to_string())?,
                 vec_dot_iq: iq_symbols(false, |name| {
                     lib.get::<VecDotFn>(name.as_bytes())
                         .map(|f| *f)
@@ -227,6 +247,7 @@ impl CSymbols {
     pub fn k_format(&self, f: KFormat) -> (VecDotFn, DequantizeRowFn) {
         match f {
             KFormat::Tq2_0 => (self.vec_dot_tq2_0_q8_k, self.dequantize_row_tq2_0),
+            KFormat::Tq1_0 => (self.vec_dot_tq1_0_q8_k, self.dequantize_row_tq1_0),
             KFormat::Iq(i) => (self.vec_dot_iq[i], self.dequantize_row_iq[i]),
         }
     }
@@ -281,6 +302,7 @@ impl Subject {
                 let (x, y) = (&x[..nb * f.block_bytes()], blocks(&y[..nb * Q8_K_BYTES]));
                 match f {
                     KFormat::Tq2_0 => k.vec_dot_tq2_0_q8_k(blocks(x), y),
+                    KFormat::Tq1_0 => k.vec_dot_tq1_0_q8_k(blocks(x), y),
                     KFormat::Iq(0) => k.vec_dot_iq_q8_k::<BlockIQ2XXS>(blocks(x), y),
                     KFormat::Iq(1) => k.vec_dot_iq_q8_k::<BlockIQ2XS>(blocks(x), y),
                     KFormat::Iq(2) => k.vec_dot_iq_q8_k::<BlockIQ2S>(blocks(x), y),
@@ -299,6 +321,7 @@ impl Subject {
                 let (x, y) = (&x[..nb * f.block_bytes()], &mut y[..nb * 256]);
                 match f {
                     KFormat::Tq2_0 => kern.dequantize_row_tq2_0(blocks(x), y),
+                    KFormat::Tq1_0 => kern.dequantize_row_tq1_0(blocks(x), y),
                     KFormat::Iq(0) => kern.dequantize_row_iq::<BlockIQ2XXS>(blocks(x), y),
                     KFormat::Iq(1) => kern.dequantize_row_iq::<BlockIQ2XS>(blocks(x), y),
                     KFormat::Iq(2) => kern.dequantize_row_iq::<BlockIQ2S>(blocks(x), y),

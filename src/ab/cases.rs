@@ -12,6 +12,7 @@ pub const Q2_0_BYTES: usize = 18;
 pub const Q8_0_BYTES: usize = 34;
 pub const Q1_0_BYTES: usize = 18;
 pub const TQ2_0_BYTES: usize = 66;
+pub const TQ1_0_BYTES: usize = 54;
 pub const Q8_K_BYTES: usize = 292;
 
 /// A byte buffer whose payload starts `offset` bytes into its allocation, so kernels see every alignment.
@@ -195,6 +196,40 @@ impl Gen {
             if style == 1 {
                 all_negative(format, &mut blk[2..]);
             }
+        }
+    }
+
+    /// TQ1_0 blocks (54 bytes, scale last): packed bytes cycling through every value 0..=255 (243..=255, which
+    /// the quantizer never writes, included) in every position, all 0xff, packings of random digits as the
+    /// quantizer writes them, or random.
+    pub fn tq1_0_row(&mut self, nb: usize, out: &mut [u8]) {
+        let style = self.rng.gen_range(0..4);
+        let case = self.case;
+        for b in 0..nb {
+            let blk = &mut out[b * TQ1_0_BYTES..(b + 1) * TQ1_0_BYTES];
+            for (j, q) in blk[..52].iter_mut().enumerate() {
+                *q = match style {
+                    0 => ((case as usize + 7 * b + 31 * j) % 256) as u8,
+                    1 => 0xff,
+                    2 => {
+                        // Five digits per qs byte, four (and a zero) per qh byte, packed as ceil(x·256/243).
+                        let mut x = 0u32;
+                        for n in 0..5 {
+                            let digit = if j >= 48 && n == 4 {
+                                0
+                            } else {
+                                self.rng.gen_range(0..3u32)
+                            };
+                            x = 3 * x + digit;
+                        }
+                        (x * 256).div_ceil(243) as u8
+                    }
+                    _ => self.rng.gen(),
+                };
+            }
+            let d = self.realistic_weight_scale();
+            let d = self.f16_scale(d);
+            blk[52..].copy_from_slice(&d.to_le_bytes());
         }
     }
 

@@ -7,9 +7,10 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// Weight types the library accelerates; a model whose matrices are all something else is refused.
-pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 7] = [
+pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 8] = [
     (42, "q2_0"),
     (41, "q1_0"),
+    (34, "tq1_0"),
     (16, "iq2_xxs"),
     (17, "iq2_xs"),
     (22, "iq2_s"),

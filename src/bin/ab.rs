@@ -733,6 +733,7 @@ fn cmd_speed(
         "ggml_vec_dot_q1_0_q8_0",
         "ggml_lowbit_mul_mat_q1_0_q8_0",
         "ggml_vec_dot_tq2_0_q8_K",
+        "ggml_vec_dot_tq1_0_q8_K",
         "ggml_vec_dot_iq2_xxs_q8_K",
         "ggml_vec_dot_iq2_xs_q8_K",
         "ggml_vec_dot_iq2_s_q8_K",
@@ -827,6 +828,7 @@ fn cmd_speed(
     }
     for (format, kf) in [
         (WeightType::Tq2_0, KFormat::Tq2_0),
+        (WeightType::Tq1_0, KFormat::Tq1_0),
         (WeightType::Iq2Xxs, KFormat::Iq(0)),
         (WeightType::Iq2Xs, KFormat::Iq(1)),
         (WeightType::Iq2S, KFormat::Iq(2)),

@@ -12,6 +12,7 @@ pub mod q1_0;
 pub mod q2_0;
 pub mod q8_0;
 pub mod q8_k;
+pub mod tq1_0;
 pub mod tq2_0;
 
 /// Views raw bytes as blocks. Every block type here is `repr(C)` of bytes only (alignment 1, every bit pattern
@@ -58,3 +59,5 @@ unsafe impl RawBlock for iq2_xs::BlockIQ2XS {}
 unsafe impl RawBlock for iq3_xxs::BlockIQ3XXS {}
 // SAFETY: as above.
 unsafe impl RawBlock for iq3_s::BlockIQ3S {}
+// SAFETY: as above.
+unsafe impl RawBlock for tq1_0::BlockTQ1_0 {}

@@ -33,6 +33,7 @@ use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_k::BlockQ8K;
+use crate::formats::tq1_0::{self, BlockTQ1_0};
 use crate::formats::tq2_0::{self, BlockTQ2_0};
 use crate::fp16::F16_TO_F32_TABLE;
 use crate::tiles::{
@@ -1030,36 +1031,65 @@ static PTQ1_PERM: [[u8; 64]; 2] = [ptq1_half_perm(0), ptq1_half_perm(1)];
 static PTQ1_MULT_EVEN: [[u16; 32]; 2] = [ptq1_half_mult::<false>(0), ptq1_half_mult::<false>(1)];
 static PTQ1_MULT_ODD: [[u16; 32]; 2] = [ptq1_half_mult::<true>(0), ptq1_half_mult::<true>(1)];
 
-/// The 64 trits (0..=2, one per byte, element order) of half `h` of the PTQ1_0 block at `b`: one masked load
-/// of the 26 packed bytes (never past the block), `vpermb` to each element's byte, `vpmullw` to `v = q·3ⁿ` in
-/// each word's high byte, `vpmulhuw` by 3 (even byte) or 768 (odd byte) for `(v·3) >> 8`, one `vpternlogd` to
-/// merge the two.
+/// 64 base-3 digits (0..=2, one per byte) from packed bytes: `vpermb` puts packed byte `perm[p]` in byte `p`
+/// (`base3_digits_in_place` when the bytes already sit where their digits go), `vpmullw` leaves `v = b·3ⁿ mod 256` in each word's high byte (`mult_even` holds `3ⁿ << 8` for the even byte;
+/// `mult_odd` holds `3ⁿ` for the odd byte, multiplied with the even byte cleared), `vpmulhuw` by 3 (even) or 768
+/// (odd) gives `(v·3) >> 8` in the even byte or the high byte, one `vpternlogd` merges the two. The digit formula
+/// of PTQ1_0 and TQ1_0 alike.
 #[inline(always)]
-unsafe fn ptq1_half_trits(b: *const u8, h: usize) -> __m512i {
-    // SAFETY (whole body): the caller guarantees a whole 28-byte block at `b`; the masked load reads bytes 0..26
-    // of it only (masked-off bytes are not accessed); the tables are 64-byte statics; features are enabled by
-    // the calling kernel.
+unsafe fn base3_digits(
+    packed: __m512i,
+    perm: &[u8; 64],
+    mult_even: &[u16; 32],
+    mult_odd: &[u16; 32],
+) -> __m512i {
+    // SAFETY (whole body): loads of the caller's 64-byte tables; features are enabled by the calling kernel.
     unsafe {
-        let packed = _mm256_maskz_loadu_epi8(0x03ff_ffff, b as *const i8);
-        let perm = _mm512_loadu_si512(PTQ1_PERM[h].as_ptr() as *const _);
-        let x = _mm512_permutexvar_epi8(perm, _mm512_castsi256_si512(packed));
+        let x = _mm512_permutexvar_epi8(_mm512_loadu_si512(perm.as_ptr() as *const _), packed);
+        base3_digits_in_place(x, mult_even, mult_odd)
+    }
+}
+
+/// `base3_digits` on bytes `x` already in their lanes.
+#[inline(always)]
+unsafe fn base3_digits_in_place(
+    x: __m512i,
+    mult_even: &[u16; 32],
+    mult_odd: &[u16; 32],
+) -> __m512i {
+    // SAFETY (whole body): loads of the caller's 64-byte tables; features are enabled by the calling kernel.
+    unsafe {
         let high = _mm512_set1_epi16(0xff00u16 as i16);
         let even = _mm512_mulhi_epu16(
-            _mm512_mullo_epi16(
-                x,
-                _mm512_loadu_si512(PTQ1_MULT_EVEN[h].as_ptr() as *const _),
-            ),
+            _mm512_mullo_epi16(x, _mm512_loadu_si512(mult_even.as_ptr() as *const _)),
             _mm512_set1_epi16(3),
         );
         let odd = _mm512_mulhi_epu16(
             _mm512_mullo_epi16(
                 _mm512_and_si512(x, high),
-                _mm512_loadu_si512(PTQ1_MULT_ODD[h].as_ptr() as *const _),
+                _mm512_loadu_si512(mult_odd.as_ptr() as *const _),
             ),
             _mm512_set1_epi16(768),
         );
-        // even | (odd & 0xff00): the odd trit is (v·3) >> 8 of the high byte's v, i.e. the high byte of v·3.
+        // even | (odd & 0xff00): the odd digit is (v·3) >> 8 of the high byte's v, i.e. the high byte of v·3.
         _mm512_ternarylogic_epi32::<0xf8>(even, odd, high)
+    }
+}
+
+/// The 64 trits (0..=2, one per byte, element order) of half `h` of the PTQ1_0 block at `b`: one masked load
+/// of the 26 packed bytes (never past the block), then `base3_digits`.
+#[inline(always)]
+unsafe fn ptq1_half_trits(b: *const u8, h: usize) -> __m512i {
+    // SAFETY (whole body): the caller guarantees a whole 28-byte block at `b`; the masked load reads bytes 0..26
+    // of it only (masked-off bytes are not accessed); features are enabled by the calling kernel.
+    unsafe {
+        let packed = _mm256_maskz_loadu_epi8(0x03ff_ffff, b as *const i8);
+        base3_digits(
+            _mm512_castsi256_si512(packed),
+            &PTQ1_PERM[h],
+            &PTQ1_MULT_EVEN[h],
+            &PTQ1_MULT_ODD[h],
+        )
     }
 }
 
@@ -1784,5 +1814,124 @@ pub unsafe fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
             }
             out.d = (1.0f32 / iscale).to_le_bytes();
         }
+    }
+}
+
+/// TQ1_0's byte permutation for 64-weight group `k`: byte `p` gets packed byte `element_source(64k + p)` of
+/// `qs ++ qh`.
+const fn tq1_group_perm(k: usize) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    let mut p = 0;
+    while p < 64 {
+        out[p] = tq1_0::element_source(64 * k + p).0 as u8;
+        p += 1;
+    }
+    out
+}
+
+/// TQ1_0's per-word multipliers for group `k`, as `ptq1_half_mult` for PTQ1_0.
+const fn tq1_group_mult<const ODD: bool>(k: usize) -> [u16; 32] {
+    let mut out = [0u16; 32];
+    let mut w = 0;
+    while w < 32 {
+        if ODD {
+            out[w] = tq1_0::POW3[tq1_0::element_source(64 * k + 2 * w + 1).1] as u16;
+        } else {
+            out[w] = (tq1_0::POW3[tq1_0::element_source(64 * k + 2 * w).1] as u16) << 8;
+        }
+        w += 1;
+    }
+    out
+}
+
+static TQ1_PERM: [[u8; 64]; 4] = [
+    tq1_group_perm(0),
+    tq1_group_perm(1),
+    tq1_group_perm(2),
+    tq1_group_perm(3),
+];
+static TQ1_MULT_EVEN: [[u16; 32]; 4] = [
+    tq1_group_mult::<false>(0),
+    tq1_group_mult::<false>(1),
+    tq1_group_mult::<false>(2),
+    tq1_group_mult::<false>(3),
+];
+static TQ1_MULT_ODD: [[u16; 32]; 4] = [
+    tq1_group_mult::<true>(0),
+    tq1_group_mult::<true>(1),
+    tq1_group_mult::<true>(2),
+    tq1_group_mult::<true>(3),
+];
+
+/// `ggml_vec_dot_tq1_0_q8_K` with the haswell build's order (`HASWELL`) or the x64 build's: per 64 weights
+/// `base3_digits` (the 52 packed bytes loaded once per block under a mask; the first two groups straight from a
+/// broadcast of `qs[0..32]`) and one `vpdpbusd` against the quants.
+///
+/// Haswell: the digit sums per lane minus the pair sums of `bsums` (`vpmaddwd`), which is what stock's i16
+/// lanes give whenever none can wrap: a lane's three accumulators stay within ±1536, ±2560 together, so every
+/// `|bsums[m]| ≤ 28671` is enough (checked once per row with a running `vpmaxuw`; a row beyond that, never the
+/// quantizer's own bsums, is redone by the model). Then stock's float steps on eight lanes and
+/// `hsum_float_8`. x64: per block `Σ digit·q − Σ q` (exact) and the generic chain.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= x.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[BlockQ8K]) -> f32 {
+    debug_assert!(y.len() >= x.len());
+    // SAFETY (whole block): block `i` of x and y are inside the slices; the masked load reads the first 52 of
+    // the block's 54 bytes; the tables are statics; this function enables the features.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let mut sumf = 0f32;
+        let mut largest_bsum = _mm256_setzero_si256();
+        let ones = _mm512_set1_epi8(1);
+        for (xb, yb) in x.iter().zip(y) {
+            let packed = _mm512_maskz_loadu_epi8(
+                0x000f_ffff_ffff_ffff,
+                xb as *const BlockTQ1_0 as *const i8,
+            );
+            let q = yb.qs.as_ptr() as *const u8;
+            let mut dq = _mm512_setzero_si512();
+            let mut sq = _mm512_setzero_si512();
+            // Groups 0 and 1 read `qs[p % 32]` in lane `p`: a broadcast load instead of a `vpermb`.
+            let low = _mm512_broadcast_i64x4(_mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i));
+            for k in 0..4 {
+                let digits = if k < 2 {
+                    base3_digits_in_place(low, &TQ1_MULT_EVEN[k], &TQ1_MULT_ODD[k])
+                } else {
+                    base3_digits(packed, &TQ1_PERM[k], &TQ1_MULT_EVEN[k], &TQ1_MULT_ODD[k])
+                };
+                let qv = _mm512_loadu_si512(q.add(64 * k) as *const _);
+                dq = _mm512_dpbusd_epi32(dq, digits, qv);
+                if !HASWELL {
+                    sq = _mm512_dpbusd_epi32(sq, ones, qv);
+                }
+            }
+            if HASWELL {
+                let bs = _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i);
+                largest_bsum = _mm256_max_epu16(largest_bsum, _mm256_abs_epi16(bs));
+                let lanes = _mm256_sub_epi32(
+                    _mm256_add_epi32(
+                        _mm512_castsi512_si256(dq),
+                        _mm512_extracti64x4_epi64::<1>(dq),
+                    ),
+                    _mm256_madd_epi16(bs, _mm256_set1_epi16(1)),
+                );
+                let d = yb.d() * F16_TO_F32_TABLE[xb.d.to_bits() as usize];
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d), acc);
+            } else {
+                let sum = _mm512_reduce_add_epi32(_mm512_sub_epi32(dq, sq));
+                sumf += sum as f32 * (F16_TO_F32_TABLE[xb.d.to_bits() as usize] * yb.d());
+            }
+        }
+        if !HASWELL {
+            return sumf;
+        }
+        if _mm256_cmpgt_epu16_mask(largest_bsum, _mm256_set1_epi16(28671)) != 0 {
+            return tq1_0::vec_dot_tq1_0_q8_k_haswell_model(x, y);
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        q1_0::hsum_float_8(lanes)
     }
 }

@@ -580,6 +580,36 @@ mod tests {
         iq_kernels_match_the_models::<crate::formats::iq3_s::BlockIQ3S>("iq3_s", 4, 13);
     }
 
+    /// TQ1_0 against q8_K, both orders, 200,000 rows per order and table: every byte value 0..=255 (the
+    /// quantizer's 0..=242 and the 243..=255 it never writes) in every one of the 52 packed positions as cases
+    /// advance, all-0xff rows, random bytes; the q8_K rows of `q8_k_activations` (bsums arbitrary in one row of
+    /// five: stock's i16 lanes wrap); special f16 scales.
+    #[test]
+    fn tq1_0_kernels_match_the_models() {
+        use crate::formats::tq1_0::{vec_dot_tq1_0_q8_k_model, BlockTQ1_0};
+        kernels_match_the_models(
+            "tq1_0",
+            14,
+            |rng, case, b| {
+                let mut byte = |j: usize| match case % 3 {
+                    0 => ((case / 3 + 7 * b + 31 * j) % 256) as u8,
+                    1 => 0xff,
+                    _ => rng.gen(),
+                };
+                let qs = std::array::from_fn(&mut byte);
+                let qh = std::array::from_fn(|j| byte(48 + j));
+                BlockTQ1_0 {
+                    qs,
+                    qh,
+                    d: test_scale(rng),
+                }
+            },
+            q8_k_activations,
+            vec_dot_tq1_0_q8_k_model,
+            Kernels::vec_dot_tq1_0_q8_k,
+        );
+    }
+
     /// PQ2_0 (no stock build to compare with: the fork is not available): the SIMD kernels against the scalar
     /// models written from the specification; every byte value in every code position, all-code-3 rows.
     #[test]
