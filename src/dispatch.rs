@@ -117,12 +117,21 @@ pub struct Kernels {
 /// `docs/tq1_0.md`).
 const TQ1_0_AVX512_BEATS_HASWELL: bool = true;
 
+/// The SIMD decoder an IQ block type needs for its kernels: `avx512::IqDecode` on x86-64, nothing elsewhere
+/// (only the scalar models exist there).
+#[cfg(target_arch = "x86_64")]
+pub use crate::arch::x86::avx512::IqDecode as IqKernelDecode;
+#[cfg(not(target_arch = "x86_64"))]
+pub trait IqKernelDecode {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<T> IqKernelDecode for T {}
+
 /// One IQ format's vec_dot entry in a `Kernels` table.
 type IqDot<B> = unsafe fn(&[B], &[BlockQ8K]) -> f32;
 
 /// The IQ block types, each with its entry in a `Kernels` table and whether its AVX-512 kernel measured faster
 /// than stock's haswell kernel (`docs/PERFORMANCE.md`); the library passes a format to stock where not.
-pub trait IqFormat: IqBlock + crate::arch::x86::avx512::IqDecode {
+pub trait IqFormat: IqBlock + IqKernelDecode {
     const AVX512_BEATS_STOCK: bool;
     fn entry(k: &Kernels) -> IqDot<Self>;
 }

@@ -13,6 +13,10 @@
 //!
 //! The fork's PQ2_0 and PTQ1_0 (128-weight blocks) share that machinery through `fork_block_batches`: PQ2_0 with
 //! the same code expansion per 64-weight half, PTQ1_0 with a trit decode (`ptq1_half_trits`).
+//!
+//! Against q8_K: TQ2_0 (`vec_dot_tq2_0_q8_k`), TQ1_0 (`vec_dot_tq1_0_q8_k`, the base-3 digit decode shared with
+//! PTQ1_0), the five IQ formats through one kernel over a per-format decoder (`vec_dot_iq_q8_k`, `IqDecode`;
+//! `docs/iq.md`), and `quantize_row_q8_k`.
 
 use std::arch::x86_64::*;
 
@@ -1166,11 +1170,11 @@ pub trait IqDecode: IqBlock {
     /// The 256 grid magnitudes (unsigned bytes) in element order, 64 per zmm.
     ///
     /// # Safety
-    /// The calling kernel enables AVX-512 F/BW/VL/VBMI.
+    /// Only inside `vec_dot_iq_q8_k`, which enables the features these use (AVX-512 F/BW/VL/VBMI, GFNI).
     unsafe fn magnitudes(&self) -> [__m512i; 4];
     /// The 32 sign bytes (bit `e % 8` of byte `e / 8` set: element `e` is negative): the block's own bytes
-    /// where it stores them so, else computed into `scratch`. Read per 64 weights as a k-mask from memory
-    /// (holding four masks in registers across the grid lookups cost the lookups registers).
+    /// where it stores them so, else computed into `scratch`. The kernel reads them per 64 weights as a k-mask
+    /// straight from memory.
     ///
     /// # Safety
     /// As `magnitudes`.
