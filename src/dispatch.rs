@@ -177,10 +177,10 @@ impl Kernels {
     /// The table for `order` on the best of `isa` and what the CPU has.
     pub fn new(isa: Isa, order: FloatOrder) -> Kernels {
         let isa = isa.min(detected_isa());
-        let haswell = order == FloatOrder::Haswell;
         #[cfg(target_arch = "x86_64")]
         {
             use crate::arch::x86::{avx2, avx512};
+            let haswell = order == FloatOrder::Haswell;
             match isa {
                 Isa::Avx512 => {
                     return Kernels {
@@ -280,30 +280,21 @@ impl Kernels {
                         } else {
                             avx2_mul_mat_q1_0::<false>
                         },
-                        // No AVX2 TQ2_0 kernel: stock's haswell kernel is AVX2 already (`tq2_0.md`).
-                        vec_dot_tq2_0_q8_k: if haswell {
-                            tq2_0::vec_dot_tq2_0_q8_k_haswell_model
-                        } else {
-                            tq2_0::vec_dot_tq2_0_q8_k_x64_model
-                        },
-                        vec_dot_tq1_0_q8_k: if haswell {
-                            tq1_0::vec_dot_tq1_0_q8_k_haswell_model
-                        } else {
-                            tq1_0::vec_dot_tq1_0_q8_k_x64_model
-                        },
-                        // No AVX2 IQ kernels: stock's haswell kernels are AVX2 already; the library passes the
-                        // IQ formats to stock without AVX-512 (`serves_iq_over_stock`).
-                        vec_dot_iq2_xxs_q8_k: iq_model(haswell),
-                        vec_dot_iq2_xs_q8_k: iq_model(haswell),
-                        vec_dot_iq2_s_q8_k: iq_model(haswell),
-                        vec_dot_iq3_xxs_q8_k: iq_model(haswell),
-                        vec_dot_iq3_s_q8_k: iq_model(haswell),
-                        quantize_row_q8_k: q8_k::quantize_row_q8_k_model,
+                        // No AVX2 kernels against q8_K (TQ1_0, TQ2_0, the IQ formats, the q8_K quantizer):
+                        // stock's haswell kernels are AVX2 already, so those stay the scalar models and the
+                        // library passes them to stock without AVX-512 (`serves_*_over_stock`).
+                        ..Kernels::scalar(order)
                     };
                 }
                 Isa::Scalar => {}
             }
         }
+        Kernels::scalar(order)
+    }
+
+    /// The scalar models of `order` (the table without SIMD, and the base of the AVX2 one).
+    fn scalar(order: FloatOrder) -> Kernels {
+        let haswell = order == FloatOrder::Haswell;
         Kernels {
             isa: Isa::Scalar,
             order,
@@ -437,7 +428,7 @@ impl Kernels {
     }
 
     /// Whether this table's TQ1_0 kernel beats stock's: the AVX-512 one, against the x64 build's generic C
-    /// (9.3×) and the haswell build's AVX2 kernel (`TQ1_0_AVX512_BEATS_HASWELL`, `docs/tq1_0.md`).
+    /// (9.7×) and the haswell build's AVX2 kernel (`TQ1_0_AVX512_BEATS_HASWELL`, `docs/tq1_0.md`).
     pub fn serves_tq1_0_over_stock(&self) -> bool {
         self.isa >= Isa::Avx512 && (self.order == FloatOrder::X64 || TQ1_0_AVX512_BEATS_HASWELL)
     }

@@ -1041,6 +1041,17 @@ pub const IQ_SYMBOLS: [(&CStr, &CStr); 5] = [
 /// An IQ block type's place in `IQ_SYMBOLS`.
 pub trait IqSymbol: IqFormat {
     const INDEX: usize;
+    /// The symbol names as `&str`, for messages, converted once at compile time (not per call).
+    const VEC_DOT_NAME: &'static str = name(IQ_SYMBOLS[Self::INDEX].0);
+    const DEQUANTIZE_NAME: &'static str = name(IQ_SYMBOLS[Self::INDEX].1);
+}
+
+/// A symbol name as `&str` (the names are ASCII).
+const fn name(symbol: &'static CStr) -> &'static str {
+    match symbol.to_str() {
+        Ok(s) => s,
+        Err(_) => panic!("symbol names are ASCII"),
+    }
 }
 impl IqSymbol for BlockIQ2XXS {
     const INDEX: usize = 0;
@@ -1065,11 +1076,10 @@ impl IqSymbol for BlockIQ3S {
 /// ggml's contract for the symbol.
 pub unsafe fn vec_dot_iq_q8_k<B: IqSymbol>(a: VecDotArgs) {
     let stock_first = !config().kernels.serves_iq_over_stock::<B>();
-    let symbol = IQ_SYMBOLS[B::INDEX].0.to_str().unwrap_or_default();
     // SAFETY: passed on.
     unsafe {
         vec_dot_q8_k_rows::<B>(
-            symbol,
+            B::VEC_DOT_NAME,
             |n| n.vec_dot_iq[B::INDEX],
             stock_first,
             Kernels::vec_dot_iq_q8_k::<B>,
@@ -1083,11 +1093,10 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqSymbol>(a: VecDotArgs) {
 /// # Safety
 /// ggml's contract for the symbol.
 pub unsafe fn dequantize_row_iq<B: IqSymbol>(vx: *const c_void, y: *mut f32, k: i64) {
-    let symbol = IQ_SYMBOLS[B::INDEX].1.to_str().unwrap_or_default();
     // SAFETY: passed on.
     unsafe {
         dequantize_rows::<B>(
-            symbol,
+            B::DEQUANTIZE_NAME,
             |n| n.dequantize_row_iq[B::INDEX],
             true,
             256,

@@ -274,12 +274,14 @@ impl WeightType {
                             }
                         }
                         WeightType::Tq1_0 => {
-                            fill_tq1_0(&mut blk[..52], &mut rng);
+                            let source = crate::formats::tq1_0::element_source;
+                            fill_trits(&mut blk[..52], 256, source, &mut rng);
                             blk[52..].copy_from_slice(&d);
                         }
                         WeightType::Ptq1_0 => {
                             blk[26..].copy_from_slice(&d);
-                            fill_trits(&mut blk[..26], &mut rng);
+                            let source = crate::formats::ptq1_0::element_source;
+                            fill_trits(&mut blk[..26], 128, source, &mut rng);
                         }
                     }
                 }
@@ -317,35 +319,19 @@ fn fill_codes(codes: &mut [u8], rng: &mut impl FnMut() -> u64) {
     }
 }
 
-/// The 26 packed bytes (`qs[24]`, `qh[2]`) of a PTQ1_0 block of ternary weights: each element's trit goes to the
-/// byte and digit the fork's order assigns it (`ptq1_0::element_source`), and each byte stores its digits as a
-/// ternary quantizer does, `ceil(x·256/243)` for `x = Σ dₙ·3^(4−n)` (`qh` bytes use digits 0..3, the fifth is 0).
-fn fill_trits(packed: &mut [u8], rng: &mut impl FnMut() -> u64) {
-    use crate::formats::ptq1_0::{element_source, PACKED_BYTES, QK_PTQ1_0};
-    let mut digits = [[0u32; 5]; PACKED_BYTES];
+/// Packed base-3 bytes of one block of ternary weights (31/38/31 %), for PTQ1_0 (26 bytes `qs[24]`, `qh[2]`,
+/// 128 weights) and TQ1_0 (52 bytes `qs[48]`, `qh[4]`, 256 weights): each element's digit goes to the byte and
+/// digit position `element_source` assigns it (the format's own map; a byte's unused fifth digit stays 0), and
+/// each byte is stored as a ternary quantizer does, `ceil(x·256/243)` for `x = Σ dₙ·3^(4−n)`.
+fn fill_trits(
+    packed: &mut [u8],
+    weights: usize,
+    element_source: fn(usize) -> (usize, usize),
+    rng: &mut impl FnMut() -> u64,
+) {
+    let mut digits = vec![[0u32; 5]; packed.len()];
     let mut bits = 0u64;
-    for p in 0..QK_PTQ1_0 {
-        if p % 16 == 0 {
-            bits = rng();
-        }
-        let (byte, n) = element_source(p);
-        digits[byte][n] = TERNARY[(bits & 15) as usize] as u32;
-        bits >>= 4;
-    }
-    for (out, d) in packed.iter_mut().zip(digits) {
-        let x = d.iter().fold(0, |a, &t| 3 * a + t);
-        *out = (x * 256).div_ceil(243) as u8;
-    }
-}
-
-/// The 52 packed bytes (`qs[48]`, `qh[4]`) of a TQ1_0 block of ternary weights (31/38/31 %): each element's
-/// digit goes to the byte and digit position `tq1_0::element_source` assigns it (a `qh` byte's fifth digit is
-/// 0), each byte packed as the quantizer does, `ceil(x·256/243)` for `x = Σ dₙ·3^(4−n)`.
-fn fill_tq1_0(packed: &mut [u8], rng: &mut impl FnMut() -> u64) {
-    use crate::formats::tq1_0::element_source;
-    let mut digits = [[0u32; 5]; 52];
-    let mut bits = 0u64;
-    for e in 0..256 {
+    for e in 0..weights {
         if e % 16 == 0 {
             bits = rng();
         }
@@ -658,7 +644,8 @@ mod tests {
         let mut counts = [0usize; 3];
         for seed in 0..200u64 {
             let mut packed = [0u8; 26];
-            fill_trits(&mut packed, &mut splitmix(seed));
+            let source = crate::formats::ptq1_0::element_source;
+            fill_trits(&mut packed, 128, source, &mut splitmix(seed));
             let mut rng = splitmix(seed);
             let mut bits = 0u64;
             let want: Vec<u8> = (0..128)
@@ -688,6 +675,32 @@ mod tests {
             (share[0] - 0.3125).abs() < 0.02 && (share[1] - 0.375).abs() < 0.02,
             "{share:?}"
         );
+    }
+
+    /// The same packer with TQ1_0's element map: every generated digit reads back through TQ1_0's decoder.
+    #[test]
+    fn tq1_0_blocks_decode_to_the_generated_digits() {
+        use crate::formats::tq1_0::BlockTQ1_0;
+        for seed in 0..200u64 {
+            let mut packed = [0u8; 52];
+            let source = crate::formats::tq1_0::element_source;
+            fill_trits(&mut packed, 256, source, &mut splitmix(seed));
+            let mut rng = splitmix(seed);
+            let mut bits = 0u64;
+            let block = BlockTQ1_0 {
+                qs: packed[..48].try_into().expect("48"),
+                qh: packed[48..].try_into().expect("4"),
+                d: Default::default(),
+            };
+            for e in 0..256 {
+                if e % 16 == 0 {
+                    bits = rng();
+                }
+                let want = TERNARY[(bits & 15) as usize];
+                bits >>= 4;
+                assert_eq!(block.digit_of(e), want, "seed {seed} element {e}");
+            }
+        }
     }
 
     #[test]
