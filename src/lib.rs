@@ -14,6 +14,7 @@ pub mod fp16;
 pub mod gguf;
 pub mod hook;
 pub mod interpose;
+pub mod metal;
 pub mod model;
 pub mod stock;
 pub mod tiles;
