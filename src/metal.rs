@@ -31,15 +31,112 @@ const REPLACED: [(&str, &str); 3] = [
     ),
 ];
 
-/// The kernels of `src/metal/lowbit_mul_mv.metal`, by ggml-metal's names.
-pub const OUR_KERNELS: [&str; 6] = [
-    "kernel_mul_mv_q1_0_f32",
-    "kernel_mul_mv_q2_0_f32",
-    "kernel_mul_mv_iq2_xxs_f32",
-    "kernel_mul_mv_iq2_xs_f32",
-    "kernel_mul_mv_iq2_s_f32",
-    "kernel_mul_mv_iq3_s_f32",
+/// One kernel of `src/metal/lowbit_mul_mv.metal` (`kernel_mul_mv_<format>_f32` and its `_id` form) and what the
+/// op counts need to know of it: the loop depth of its hot loop (1: the loop over blocks; 2: the IQ kernels' loop
+/// over rows inside the loop over sub-blocks) and the weights one lane covers per iteration of it, given rows per
+/// simdgroup.
+#[derive(Clone, Copy, Debug)]
+pub struct OurKernel {
+    pub format: &'static str,
+    pub depth: usize,
+    pub weights_per_iteration: fn(usize) -> usize,
+}
+
+/// Our kernels. Q1_0/Q2_0/PQ2_0/PTQ1_0: 16 weights of each of nr0 rows a step (PTQ1_0 lanes take 15 or 19, 16 on
+/// average); IQ: one row's 32-weight sub-block.
+pub const OUR_KERNELS: [OurKernel; 8] = [
+    OurKernel {
+        format: "q1_0",
+        depth: 1,
+        weights_per_iteration: |nr0| nr0 * 16,
+    },
+    OurKernel {
+        format: "q2_0",
+        depth: 1,
+        weights_per_iteration: |nr0| nr0 * 16,
+    },
+    OurKernel {
+        format: "iq2_xxs",
+        depth: 2,
+        weights_per_iteration: |_| 32,
+    },
+    OurKernel {
+        format: "iq2_xs",
+        depth: 2,
+        weights_per_iteration: |_| 32,
+    },
+    OurKernel {
+        format: "iq2_s",
+        depth: 2,
+        weights_per_iteration: |_| 32,
+    },
+    OurKernel {
+        format: "iq3_s",
+        depth: 2,
+        weights_per_iteration: |_| 32,
+    },
+    OurKernel {
+        format: "pq2_0",
+        depth: 1,
+        weights_per_iteration: |nr0| nr0 * 16,
+    },
+    OurKernel {
+        format: "ptq1_0",
+        depth: 1,
+        weights_per_iteration: |nr0| nr0 * 16,
+    },
 ];
+
+/// One kernel's counted work: ours, and stock's where the pinned tree has the kernel, per hot-loop iteration,
+/// with the weights an iteration covers.
+#[derive(Clone, Debug)]
+pub struct OpReport {
+    pub format: &'static str,
+    pub weights: usize,
+    pub ours: opcount::OpCounts,
+    pub stock: Option<opcount::OpCounts>,
+}
+
+/// Counts every kernel of ours and stock's counterpart (`optimized_gimple` of both builds; the emulators give
+/// the geometry).
+pub fn op_reports(
+    compiler: &Path,
+    llama_src: &Path,
+    ours: &Emulator,
+    stock: &Emulator,
+) -> Result<Vec<OpReport>, String> {
+    let g_ours = optimized_gimple(compiler, llama_src, Variant::Patched)?;
+    let g_stock = optimized_gimple(compiler, llama_src, Variant::Stock)?;
+    let mut out = Vec::new();
+    for k in OUR_KERNELS {
+        let name = k.name();
+        let geo = ours
+            .geometry(&name)?
+            .ok_or_else(|| format!("{name} missing from the patched build"))?;
+        let stock_geo = stock.geometry(&name)?;
+        if stock_geo.is_some_and(|g| g != geo) {
+            return Err(format!(
+                "{name}: geometry {geo:?} differs from stock's {stock_geo:?}"
+            ));
+        }
+        let stock_counts = match stock_geo {
+            Some(_) => Some(opcount::kernel_counts(&g_stock, k.format, k.depth)?),
+            None => None,
+        };
+        out.push(OpReport {
+            format: k.format,
+            weights: (k.weights_per_iteration)(geo.nr0),
+            ours: opcount::kernel_counts(&g_ours, k.format, k.depth)?,
+            stock: stock_counts,
+        });
+    }
+    Ok(out)
+}
+
+/// Where `lowbit_mul_mv.metal` splits: what follows goes to the end of mul_mv.metal (the `_id` instantiations of
+/// the kernels the pinned tree lacks need `kernel_mul_mv_id`, defined near its end).
+const TAIL_MARKER: &str =
+    "// ---- ggml-lowbit: after mul_mv.metal's own kernel_mul_mv_id instantiations ----";
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -58,6 +155,10 @@ pub fn patch_path() -> PathBuf {
 /// Stock `mul_mv.metal` with the kernels of `REPLACED` replaced by ours: what `ggml-patch/metal.patch` must
 /// produce (a test keeps the two in step).
 pub fn patched_mul_mv(stock: &str, ours: &str) -> Result<String, String> {
+    let (ours, tail) = match ours.find(TAIL_MARKER) {
+        Some(i) => (&ours[..i], &ours[i..]),
+        None => (ours, ""),
+    };
     let mut out = String::with_capacity(stock.len() + ours.len());
     let mut at = 0;
     for (i, (from, until)) in REPLACED.iter().enumerate() {
@@ -91,6 +192,16 @@ pub fn patched_mul_mv(stock: &str, ours: &str) -> Result<String, String> {
         at = end;
     }
     out.push_str(&stock[at..]);
+    if !tail.is_empty() {
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push('\n');
+        out.push_str(tail);
+        if !tail.ends_with('\n') {
+            out.push('\n');
+        }
+    }
     Ok(out)
 }
 
@@ -254,6 +365,13 @@ pub struct Geometry {
     pub nr0_split: usize,
     /// Threadgroup memory, bytes.
     pub smem: usize,
+}
+
+impl OurKernel {
+    /// ggml-metal's name of the mat-vec kernel.
+    pub fn name(&self) -> String {
+        format!("kernel_mul_mv_{}_f32", self.format)
+    }
 }
 
 impl Geometry {
@@ -778,6 +896,15 @@ impl Emulator {
         } else {
             Err(format!("format {fmt} unknown to the emulator"))
         }
+    }
+
+    /// A helper of the patched build's kernels taking a byte and five activations (`lowbit_emu_<name>`).
+    pub fn byte5_helper(&self, name: &str, b: u8, y: [f32; 5]) -> Result<f32, String> {
+        type HelperFn = unsafe extern "C" fn(u8, *const f32) -> f32;
+        let sym = format!("lowbit_emu_{name}\0");
+        let f: HelperFn = self.sym(sym.as_bytes())?;
+        // SAFETY: the helper reads five floats.
+        Ok(unsafe { f(b, y.as_ptr()) })
     }
 
     /// A helper of the patched build's kernels taking a byte and four activations (`lowbit_emu_<name>`).

@@ -158,6 +158,9 @@ enum Command {
         #[arg(long)]
         lib: Option<PathBuf>,
     },
+    /// The Metal kernels (src/metal/) on the SIMT emulator: counted operations per weight in each kernel's hot
+    /// loop, ours against the pinned tree's (docs/METAL.md). Needs g++ (`$CXX`, default `c++`).
+    Metal,
     /// What libggml_lowbit.so chooses on this machine with this environment (instruction set, float order).
     Config {
         #[arg(long)]
@@ -191,6 +194,7 @@ fn main() -> ExitCode {
             out,
         } => cmd_speed(&shapes, reps, &threads, build, lib, &symbol, &out),
         Command::Config { lib } => cmd_config(lib),
+        Command::Metal => cmd_metal(),
         Command::E2e {
             model,
             build,
@@ -1058,4 +1062,52 @@ fn write_chart(rows: &[SpeedRow], path: &Path) -> Result<()> {
         .map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))?;
     Ok(())
+}
+
+fn cmd_metal() -> Result<ExitCode> {
+    use ggml_lowbit::metal;
+    let cxx = PathBuf::from(std::env::var("CXX").unwrap_or_else(|_| "c++".into()));
+    let src = ggml_lowbit::stock::source_dir()?;
+    let ours = metal::build(&cxx, &src, metal::Variant::Patched)?;
+    let stock = metal::build(&cxx, &src, metal::Variant::Stock)?;
+    let reports = metal::op_reports(&cxx, &src, &ours, &stock)?;
+    println!("operations per weight in each kernel's hot loop (g++ -O2 GIMPLE; docs/METAL.md explains the count)");
+    println!(
+        "{:<10} {:>10} {:>10} {:>7} {:>12} {:>12}   ours by kind",
+        "kernel", "stock ALU", "ours ALU", "ratio", "stock ld+st", "ours ld+st"
+    );
+    for r in &reports {
+        let per = |n: usize| n as f64 / r.weights as f64;
+        let o = r.ours;
+        let kinds = format!(
+            "fma {:.2}, float {:.2}, floor {:.2}, cvt {:.2}, int {:.2}, branch {:.2}",
+            per(o.fma),
+            per(o.float_arith),
+            per(o.float_round),
+            per(o.convert),
+            per(o.int_arith),
+            per(o.branches)
+        );
+        match r.stock {
+            Some(s) => println!(
+                "{:<10} {:>10.2} {:>10.2} {:>6.2}x {:>12.2} {:>12.2}   {kinds}",
+                r.format,
+                per(s.alu()),
+                per(o.alu()),
+                per(s.alu()) / per(o.alu()),
+                per(s.loads + s.stores),
+                per(o.loads + o.stores)
+            ),
+            None => println!(
+                "{:<10} {:>10} {:>10.2} {:>7} {:>12} {:>12.2}   {kinds} (no stock kernel in the pinned tree)",
+                r.format,
+                "-",
+                per(o.alu()),
+                "-",
+                "-",
+                per(o.loads + o.stores)
+            ),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

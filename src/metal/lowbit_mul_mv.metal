@@ -89,6 +89,57 @@ inline float lowbit_q2_0_byte_dot(uint8_t b, lowbit_q2_0_coef k, float acc) {
     return acc;
 }
 
+// Q2_0 (64 weights a block) and PrismML's PQ2_0 (128): the same codec, so one kernel shape. As stock's Q2_0
+// kernel: each lane takes 16 weights (4 code bytes) of a block, QK/16 lanes a block, 32/(QK/16) blocks a step.
+template<typename B, int QK, int nr0, typename args_t>
+void lowbit_mul_mv_2bit_impl(
+        args_t args,
+        device const char * src0,
+        device const char * src1,
+        device       char * dst,
+        uint3  tgpig,
+        ushort tiisg,
+        ushort sgitg) {
+    const lowbit_mv_place p = lowbit_mv_locate<nr0>(args, src0, src1, dst, tgpig, sgitg);
+    const int nb = args.ne00/QK;
+
+    device const B * rows[nr0];
+    for (short r = 0; r < nr0; ++r) {
+        rows[r] = (device const B *) (p.w + uint64_t(r) * args.nb01);
+    }
+
+    float sumf[nr0] = {0.f};
+
+    constexpr short lanes_per_block = QK/16;
+    const short ix = tiisg / lanes_per_block;
+    const short iq = tiisg % lanes_per_block;
+
+    device const float * yb = p.x + ix*QK + iq*16;
+
+    for (int ib = ix; ib < nb; ib += N_SIMDWIDTH/lanes_per_block) {
+        lowbit_q2_0_coef k[4];
+        float sumy = 0.f;
+        FOR_UNROLL (short j = 0; j < 4; j++) {
+            k[j] = lowbit_q2_0_stage(yb[4*j + 0], yb[4*j + 1], yb[4*j + 2], yb[4*j + 3]);
+            sumy += (yb[4*j + 0] + yb[4*j + 1]) + (yb[4*j + 2] + yb[4*j + 3]);
+        }
+
+        FOR_UNROLL (short row = 0; row < nr0; row++) {
+            device const B & xb = rows[row][ib];
+            float acc = 0.f;
+            FOR_UNROLL (short j = 0; j < 4; j++) {
+                acc = lowbit_q2_0_byte_dot(xb.qs[iq*4 + j], k[j], acc);
+            }
+            // codes are offset by one: sum (c-1)*y = sum c*y - sum y
+            sumf[row] = fma(float(xb.d), acc - sumy, sumf[row]);
+        }
+
+        yb += QK * (N_SIMDWIDTH/lanes_per_block);
+    }
+
+    lowbit_mv_store<nr0>(args, p, sumf, tiisg);
+}
+
 template<int nr0, typename args_t>
 void kernel_mul_mv_q2_0_f32_impl(
         args_t args,
@@ -99,44 +150,7 @@ void kernel_mul_mv_q2_0_f32_impl(
         uint3  tgpig,
         ushort tiisg,
         ushort sgitg) {
-    const lowbit_mv_place p = lowbit_mv_locate<nr0>(args, src0, src1, dst, tgpig, sgitg);
-    const int nb = args.ne00/64;
-
-    device const lowbit_block_q2_0 * rows[nr0];
-    for (short r = 0; r < nr0; ++r) {
-        rows[r] = (device const lowbit_block_q2_0 *) (p.w + uint64_t(r) * args.nb01);
-    }
-
-    float sumf[nr0] = {0.f};
-
-    // As stock: four lanes share a block, each takes 16 elements (4 bytes); 8 blocks per simdgroup step.
-    const short ix = tiisg/4;
-    const short iq = tiisg%4;
-
-    device const float * yb = p.x + ix*64 + iq*16;
-
-    for (int ib = ix; ib < nb; ib += N_SIMDWIDTH/4) {
-        lowbit_q2_0_coef k[4];
-        float sumy = 0.f;
-        FOR_UNROLL (short j = 0; j < 4; j++) {
-            k[j] = lowbit_q2_0_stage(yb[4*j + 0], yb[4*j + 1], yb[4*j + 2], yb[4*j + 3]);
-            sumy += (yb[4*j + 0] + yb[4*j + 1]) + (yb[4*j + 2] + yb[4*j + 3]);
-        }
-
-        FOR_UNROLL (short row = 0; row < nr0; row++) {
-            device const lowbit_block_q2_0 & xb = rows[row][ib];
-            float acc = 0.f;
-            FOR_UNROLL (short j = 0; j < 4; j++) {
-                acc = lowbit_q2_0_byte_dot(xb.qs[iq*4 + j], k[j], acc);
-            }
-            // codes are offset by one: sum (c-1)*y = sum c*y - sum y
-            sumf[row] = fma(float(xb.d), acc - sumy, sumf[row]);
-        }
-
-        yb += 64 * (N_SIMDWIDTH/4);
-    }
-
-    lowbit_mv_store<nr0>(args, p, sumf, tiisg);
+    lowbit_mul_mv_2bit_impl<lowbit_block_q2_0, 64, nr0, args_t>(args, src0, src1, dst, tgpig, tiisg, sgitg);
 }
 
 [[host_name("kernel_mul_mv_q2_0_f32")]]
@@ -530,3 +544,168 @@ kernel void kernel_mul_mv_iq3_s_f32(
         ushort sgitg[[simdgroup_index_in_threadgroup]]) {
     kernel_mul_mv_iq3_s_f32_disp<constant ggml_metal_kargs_mul_mv &>(args, src0, src1, dst, shmem, tgpig, tiisg, sgitg);
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// PrismML's formats (its llama.cpp fork; the pinned tree has no host code for them, so ggml-metal there never
+// dispatches these: they are for the fork's ggml-metal, with the geometry of the Q2_0/Q1_0 kernels).
+
+#ifndef N_R0_PQ2_0
+#define N_R0_PQ2_0 8
+#define N_SG_PQ2_0 2
+#endif
+#ifndef N_R0_PTQ1_0
+#define N_R0_PTQ1_0 8
+#define N_SG_PTQ1_0 2
+#endif
+
+struct lowbit_block_pq2_0 {
+    half    d;      // scale
+    uint8_t qs[32]; // 128 codes of 2 bits, as Q2_0
+};
+static_assert(sizeof(lowbit_block_pq2_0) == 34, "PQ2_0 block is 34 bytes");
+
+template<int nr0, typename args_t>
+void kernel_mul_mv_pq2_0_f32_impl(
+        args_t args,
+        device const char * src0,
+        device const char * src1,
+        device       char * dst,
+        threadgroup  char * shmem,
+        uint3  tgpig,
+        ushort tiisg,
+        ushort sgitg) {
+    lowbit_mul_mv_2bit_impl<lowbit_block_pq2_0, 128, nr0, args_t>(args, src0, src1, dst, tgpig, tiisg, sgitg);
+}
+
+[[host_name("kernel_mul_mv_pq2_0_f32")]]
+kernel void kernel_mul_mv_pq2_0_f32(
+        constant ggml_metal_kargs_mul_mv & args,
+        device const char * src0,
+        device const char * src1,
+        device       char * dst,
+        uint3  tgpig[[threadgroup_position_in_grid]],
+        ushort tiisg[[thread_index_in_simdgroup]],
+        ushort sgitg[[simdgroup_index_in_threadgroup]]) {
+    kernel_mul_mv_pq2_0_f32_impl<N_R0_PQ2_0, constant ggml_metal_kargs_mul_mv &>(args, src0, src1, dst, nullptr, tgpig, tiisg, sgitg);
+}
+
+// PTQ1_0: 128 trits a block, five to a byte (`reference/formats.md` §3 gives the order): qs[0..16] hold weights
+// m + 16n (digit n of byte m), qs[16..24] weights 80 + m + 8n, qh[0..2] weights 120 + 2n + h (digits 0..3).
+// Digit n of byte q is t_n = G_{n+1} - 3 G_n with G_k = floor(q 3^k / 256) (G_0 = 0): the fork's
+// ((uint8)(q 3^n) * 3) >> 8, since (q 3^n) mod 256 = q 3^n - 256 G_n. So the base-3 floor chain
+//     t_0 y_0 + ... + t_4 y_4 = G_1 (y_0 - 3y_1) + G_2 (y_1 - 3y_2) + G_3 (y_2 - 3y_3) + G_4 (y_3 - 3y_4) + G_5 y_4,
+// with q 3^k < 2^16 and the scale 3^k/256 exact in fp32, so every G_k is exact: five floors and five FMAs per
+// byte, coefficients staged once per block for all rows (a qh byte uses the same chain with y_4 = 0).
+struct lowbit_block_ptq1_0 {
+    uint8_t qs[24];
+    uint8_t qh[2];
+    half    d;      // scale, last
+};
+static_assert(sizeof(lowbit_block_ptq1_0) == 28, "PTQ1_0 block is 28 bytes");
+
+struct lowbit_ptq1_0_coef {
+    float c[5]; // (y0 - 3y1, y1 - 3y2, y2 - 3y3, y3 - 3y4, y4)
+};
+
+inline lowbit_ptq1_0_coef lowbit_ptq1_0_stage(float y0, float y1, float y2, float y3, float y4) {
+    lowbit_ptq1_0_coef k;
+    k.c[0] = fma(-3.0f, y1, y0);
+    k.c[1] = fma(-3.0f, y2, y1);
+    k.c[2] = fma(-3.0f, y3, y2);
+    k.c[3] = fma(-3.0f, y4, y3);
+    k.c[4] = y4;
+    return k;
+}
+
+// sum over the byte's five digits of digit*y, through the base-3 floor chain.
+inline float lowbit_ptq1_0_byte_dot(uint8_t q, lowbit_ptq1_0_coef k, float acc) {
+    const float qf = float(q);
+    acc = fma(floor(qf * ( 3.0f/256.0f)), k.c[0], acc);
+    acc = fma(floor(qf * ( 9.0f/256.0f)), k.c[1], acc);
+    acc = fma(floor(qf * (27.0f/256.0f)), k.c[2], acc);
+    acc = fma(floor(qf * (81.0f/256.0f)), k.c[3], acc);
+    acc = fma(floor(qf * (243.0f/256.0f)), k.c[4], acc);
+    return acc;
+}
+
+template<int nr0, typename args_t>
+void kernel_mul_mv_ptq1_0_f32_impl(
+        args_t args,
+        device const char * src0,
+        device const char * src1,
+        device       char * dst,
+        threadgroup  char * shmem,
+        uint3  tgpig,
+        ushort tiisg,
+        ushort sgitg) {
+    const lowbit_mv_place p = lowbit_mv_locate<nr0>(args, src0, src1, dst, tgpig, sgitg);
+    const int nb = args.ne00/128;
+
+    device const lowbit_block_ptq1_0 * rows[nr0];
+    for (short r = 0; r < nr0; ++r) {
+        rows[r] = (device const lowbit_block_ptq1_0 *) (p.w + uint64_t(r) * args.nb01);
+    }
+
+    float sumf[nr0] = {0.f};
+
+    // Eight lanes a block: lane il takes qs bytes 2il and 2il+1 of the first stage, qs byte 16+il of the second,
+    // and (lanes 0 and 1) qh byte il; 4 blocks a step. The other lanes run the qh chain with zero coefficients.
+    const short ix = tiisg/8;
+    const short il = tiisg%8;
+    const bool  qh_lane = il < 2;
+
+    for (int ib = ix; ib < nb; ib += N_SIMDWIDTH/8) {
+        device const float * yb = p.x + ib*128;
+        lowbit_ptq1_0_coef k[4];
+        float sumy = 0.f;
+        FOR_UNROLL (short j = 0; j < 2; j++) {
+            const short m = 2*il + j;
+            k[j] = lowbit_ptq1_0_stage(yb[m], yb[m + 16], yb[m + 32], yb[m + 48], yb[m + 64]);
+            sumy += (yb[m] + yb[m + 16]) + (yb[m + 32] + yb[m + 48]) + yb[m + 64];
+        }
+        {
+            device const float * y2 = yb + 80 + il;
+            k[2] = lowbit_ptq1_0_stage(y2[0], y2[8], y2[16], y2[24], y2[32]);
+            sumy += (y2[0] + y2[8]) + (y2[16] + y2[24]) + y2[32];
+        }
+        {
+            device const float * yh = yb + 120 + (il & 1);
+            const float h0 = select(0.0f, yh[0], qh_lane);
+            const float h1 = select(0.0f, yh[2], qh_lane);
+            const float h2 = select(0.0f, yh[4], qh_lane);
+            const float h3 = select(0.0f, yh[6], qh_lane);
+            k[3] = lowbit_ptq1_0_stage(h0, h1, h2, h3, 0.0f);
+            sumy += (h0 + h1) + (h2 + h3);
+        }
+
+        FOR_UNROLL (short row = 0; row < nr0; row++) {
+            device const lowbit_block_ptq1_0 & xb = rows[row][ib];
+            float acc = 0.f;
+            acc = lowbit_ptq1_0_byte_dot(xb.qs[2*il + 0], k[0], acc);
+            acc = lowbit_ptq1_0_byte_dot(xb.qs[2*il + 1], k[1], acc);
+            acc = lowbit_ptq1_0_byte_dot(xb.qs[16 + il], k[2], acc);
+            acc = lowbit_ptq1_0_byte_dot(xb.qh[il & 1], k[3], acc);
+            // trits are offset by one: sum (t-1)*y = sum t*y - sum y
+            sumf[row] = fma(float(xb.d), acc - sumy, sumf[row]);
+        }
+    }
+
+    lowbit_mv_store<nr0>(args, p, sumf, tiisg);
+}
+
+[[host_name("kernel_mul_mv_ptq1_0_f32")]]
+kernel void kernel_mul_mv_ptq1_0_f32(
+        constant ggml_metal_kargs_mul_mv & args,
+        device const char * src0,
+        device const char * src1,
+        device       char * dst,
+        uint3  tgpig[[threadgroup_position_in_grid]],
+        ushort tiisg[[thread_index_in_simdgroup]],
+        ushort sgitg[[simdgroup_index_in_threadgroup]]) {
+    kernel_mul_mv_ptq1_0_f32_impl<N_R0_PTQ1_0, constant ggml_metal_kargs_mul_mv &>(args, src0, src1, dst, nullptr, tgpig, tiisg, sgitg);
+}
+
+// ---- ggml-lowbit: after mul_mv.metal's own kernel_mul_mv_id instantiations ----
+// (The patch puts what follows at the end of mul_mv.metal, where kernel_mul_mv_id and kernel_mul_mv_id_t exist.)
+template [[host_name("kernel_mul_mv_id_pq2_0_f32")]]  kernel kernel_mul_mv_id_t kernel_mul_mv_id<mmv_fn<kernel_mul_mv_pq2_0_f32_impl<N_R0_PQ2_0>>>;
+template [[host_name("kernel_mul_mv_id_ptq1_0_f32")]] kernel kernel_mul_mv_id_t kernel_mul_mv_id<mmv_fn<kernel_mul_mv_ptq1_0_f32_impl<N_R0_PTQ1_0>>>;

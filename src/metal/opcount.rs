@@ -334,11 +334,13 @@ pub fn hot_loop(func: &str, depth: usize) -> Result<OpCounts, String> {
     }
     // Strongly connected sets by mutual reachability (kernels have a few hundred blocks), in the subgraph of
     // blocks at depth >= `depth`: so the enclosing loop does not join sibling loops into one set.
-    let ids: Vec<usize> = blocks
+    let mut ids: Vec<usize> = blocks
         .keys()
         .copied()
         .filter(|b| blocks[b].depth >= depth)
         .collect();
+    // In block order, so that of two equal loops (a kernel instantiated twice) the first is always the one.
+    ids.sort_unstable();
     let reach = |from: usize| -> Vec<usize> {
         let mut seen = vec![from];
         let mut stack = vec![from];
@@ -387,4 +389,32 @@ pub fn hot_loop(func: &str, depth: usize) -> Result<OpCounts, String> {
         }
     }
     Ok(c)
+}
+
+/// The hot-loop counts of the kernel for ggml type `format` (`q2_0`, `iq2_s`, …) in a GIMPLE dump. Its body lives
+/// in whichever function inlining left it (the kernel, its `_impl` or `_id` form, or our shared impl's clone for
+/// the format's decoder): of the functions naming `kernel_mul_mv_<format>_f32` or `lowbit_<format>_decoder`, the
+/// one with the biggest hot loop at `depth`.
+pub fn kernel_counts(gimple: &str, format: &str, depth: usize) -> Result<OpCounts, String> {
+    let mut bodies = functions_mentioning(gimple, &format!("kernel_mul_mv_{format}_f32"));
+    bodies.extend(functions_mentioning(
+        gimple,
+        &format!("lowbit_{format}_decoder"),
+    ));
+    let mut errors = Vec::new();
+    bodies
+        .into_iter()
+        .filter_map(|body| match hot_loop(body, depth) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                let header = body.lines().next().unwrap_or("");
+                errors.push(format!(
+                    "{}: {e}",
+                    &header[..header.find(" (").unwrap_or(header.len())]
+                ));
+                None
+            }
+        })
+        .max_by_key(|c| c.total())
+        .ok_or_else(|| format!("{format}: no hot loop ({})", errors.join("; ")))
 }

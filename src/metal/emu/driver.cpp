@@ -66,6 +66,14 @@ const KernelEntry kKernels[] = {
      N_R0_IQ2_S, N_R0_IQ2_S_SPLIT, 0},
     {"kernel_mul_mv_id_iq3_s_f32", MV_ID(kernel_mul_mv_iq3_s_f32_disp<ggml_metal_kargs_mul_mv>), N_SG_IQ3_S,
      N_R0_IQ3_S, N_R0_IQ3_S_SPLIT, 512 * 4},
+#ifdef LOWBIT_VARIANT_PATCHED
+    // PrismML's formats: only ours exist (the pinned tree has neither kernels nor host code for them).
+    {"kernel_mul_mv_pq2_0_f32", mv_call<kernel_mul_mv_pq2_0_f32>, N_SG_PQ2_0, N_R0_PQ2_0, 0, 0},
+    {"kernel_mul_mv_ptq1_0_f32", mv_call<kernel_mul_mv_ptq1_0_f32>, N_SG_PTQ1_0, N_R0_PTQ1_0, 0, 0},
+    {"kernel_mul_mv_id_pq2_0_f32", MV_ID(kernel_mul_mv_pq2_0_f32_impl<N_R0_PQ2_0>), N_SG_PQ2_0, N_R0_PQ2_0, 0, 0},
+    {"kernel_mul_mv_id_ptq1_0_f32", MV_ID(kernel_mul_mv_ptq1_0_f32_impl<N_R0_PTQ1_0>), N_SG_PTQ1_0, N_R0_PTQ1_0, 0,
+     0},
+#endif
 };
 
 const KernelEntry *find_kernel(const char *name) {
@@ -182,6 +190,11 @@ float lowbit_emu_q1_0_nibble_sum(uint8_t m, const float y[4]) {
     lowbit_q1_0_table tab;
     lowbit_q1_0_stage(tab, y[0], y[1], y[2], y[3]);
     return tab.t[m & 15];
+}
+
+// sum_n digit_n(q) * y[n] through the staged coefficients and the base-3 floor chain of the PTQ1_0 kernel.
+float lowbit_emu_ptq1_0_byte_dot(uint8_t q, const float y[5]) {
+    return lowbit_ptq1_0_byte_dot(q, lowbit_ptq1_0_stage(y[0], y[1], y[2], y[3], y[4]), 0.0f);
 }
 
 // The kernels' decode of sub-block ib of one IQ block (see iq_dequant_sub).
