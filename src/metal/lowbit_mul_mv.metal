@@ -1,8 +1,10 @@
 // ggml-lowbit: mat-vec kernels for ggml-metal's low-bit formats, drop-in replacements for the pinned tree's
-// kernel_mul_mv_q2_0_f32 and kernel_mul_mv_q1_0_f32 (same names, arguments, function constants and dispatch
-// geometry; the kernel_mul_mv_id_* forms instantiate these impls unchanged). ggml-patch/metal.patch puts this
-// file's text into kernels/mul_mv.metal in place of the stock definitions; it relies on what mul_mv.metal has
-// declared by then (ggml_metal_kargs_mul_mv, FC_mul_mv_*, N_R0_*, N_SIMDWIDTH, FOR_UNROLL) and on nothing else.
+// kernel_mul_mv_{q1_0,q2_0,iq2_xxs,iq2_xs,iq2_s,iq3_s}_f32 (same names, arguments, function constants and dispatch
+// geometry; the kernel_mul_mv_id_* forms instantiate these impls unchanged), plus kernels for PrismML's PQ2_0 and
+// PTQ1_0. ggml-patch/metal.patch puts this file's text into kernels/mul_mv.metal in place of the stock
+// definitions (and the part after the "after mul_mv.metal's own kernel_mul_mv_id instantiations" line at the end
+// of that file); it relies on what mul_mv.metal has declared by then (ggml_metal_kargs_mul_mv, FC_mul_mv_*,
+// N_R0_*/N_SG_*, N_SIMDWIDTH, FOR_UNROLL, ggml's IQ grid tables) and on nothing else.
 //
 // How each rewrite stays exact, and what it costs per weight against stock: docs/METAL.md.
 
@@ -100,7 +102,7 @@ void lowbit_mul_mv_2bit_impl(
         uint3  tgpig,
         ushort tiisg,
         ushort sgitg) {
-    const lowbit_mv_place p = lowbit_mv_locate<nr0>(args, src0, src1, dst, tgpig, sgitg);
+    const lowbit_mv_place p = lowbit_mv_locate<nr0, args_t>(args, src0, src1, dst, tgpig, sgitg);
     const int nb = args.ne00/QK;
 
     device const B * rows[nr0];
@@ -137,7 +139,7 @@ void lowbit_mul_mv_2bit_impl(
         yb += QK * (N_SIMDWIDTH/lanes_per_block);
     }
 
-    lowbit_mv_store<nr0>(args, p, sumf, tiisg);
+    lowbit_mv_store<nr0, args_t>(args, p, sumf, tiisg);
 }
 
 template<int nr0, typename args_t>
@@ -200,7 +202,7 @@ void kernel_mul_mv_q1_0_f32_impl(
         uint3  tgpig,
         ushort tiisg,
         ushort sgitg) {
-    const lowbit_mv_place p = lowbit_mv_locate<nr0>(args, src0, src1, dst, tgpig, sgitg);
+    const lowbit_mv_place p = lowbit_mv_locate<nr0, args_t>(args, src0, src1, dst, tgpig, sgitg);
     const int nb = args.ne00/128;
 
     device const lowbit_block_q1_0 * rows[nr0];
@@ -235,7 +237,7 @@ void kernel_mul_mv_q1_0_f32_impl(
         yb += 128 * (N_SIMDWIDTH/8);
     }
 
-    lowbit_mv_store<nr0>(args, p, sumf, tiisg);
+    lowbit_mv_store<nr0, args_t>(args, p, sumf, tiisg);
 }
 
 [[host_name("kernel_mul_mv_q1_0_f32")]]
@@ -426,7 +428,7 @@ void lowbit_mul_mv_iq_impl(
         uint3  tgpig,
         ushort tiisg,
         ushort sgitg) {
-    const lowbit_mv_place p = lowbit_mv_locate<nr0>(args, src0, src1, dst, tgpig, sgitg);
+    const lowbit_mv_place p = lowbit_mv_locate<nr0, args_t>(args, src0, src1, dst, tgpig, sgitg);
     D::stage(shmem, 32*sgitg + tiisg, 32*FC_mul_mv_nsg);
 
     const int   nsub  = args.ne00/32;
@@ -638,7 +640,7 @@ void kernel_mul_mv_ptq1_0_f32_impl(
         uint3  tgpig,
         ushort tiisg,
         ushort sgitg) {
-    const lowbit_mv_place p = lowbit_mv_locate<nr0>(args, src0, src1, dst, tgpig, sgitg);
+    const lowbit_mv_place p = lowbit_mv_locate<nr0, args_t>(args, src0, src1, dst, tgpig, sgitg);
     const int nb = args.ne00/128;
 
     device const lowbit_block_ptq1_0 * rows[nr0];
@@ -690,7 +692,7 @@ void kernel_mul_mv_ptq1_0_f32_impl(
         }
     }
 
-    lowbit_mv_store<nr0>(args, p, sumf, tiisg);
+    lowbit_mv_store<nr0, args_t>(args, p, sumf, tiisg);
 }
 
 [[host_name("kernel_mul_mv_ptq1_0_f32")]]
