@@ -152,6 +152,26 @@ pub fn patch_path() -> PathBuf {
     repo().join("ggml-patch/metal.patch")
 }
 
+/// The byte range from the first `from` at or after `at` up to the next `until`.
+fn region(text: &str, at: usize, from: &str, until: &str) -> Result<(usize, usize), String> {
+    let start = text[at..].find(from).map(|p| at + p).ok_or_else(|| {
+        format!(
+            "mul_mv.metal: no `{}` where expected",
+            from.replace('\n', " ")
+        )
+    })?;
+    let end = text[start..]
+        .find(until)
+        .map(|p| start + p)
+        .ok_or_else(|| {
+            format!(
+                "mul_mv.metal: no `{until}` after `{}`",
+                from.replace('\n', " ")
+            )
+        })?;
+    Ok((start, end))
+}
+
 /// Stock `mul_mv.metal` with the kernels of `REPLACED` replaced by ours: what `ggml-patch/metal.patch` must
 /// produce (a test keeps the two in step).
 pub fn patched_mul_mv(stock: &str, ours: &str) -> Result<String, String> {
@@ -162,22 +182,7 @@ pub fn patched_mul_mv(stock: &str, ours: &str) -> Result<String, String> {
     let mut out = String::with_capacity(stock.len() + ours.len());
     let mut at = 0;
     for (i, (from, until)) in REPLACED.iter().enumerate() {
-        let start = stock[at..].find(from).map(|p| at + p).ok_or_else(|| {
-            format!(
-                "stock mul_mv.metal: no `{}` where the patch expects it",
-                from.replace('\n', " ")
-            )
-        })?;
-        let end = stock[start..]
-            .find(until)
-            .map(|p| start + p)
-            .ok_or_else(|| {
-                format!(
-                    "stock mul_mv.metal: no `{}` after `{}`",
-                    until,
-                    from.replace('\n', " ")
-                )
-            })?;
+        let (start, end) = region(stock, at, from, until)?;
         out.push_str(&stock[at..start]);
         if i == 0 {
             out.push_str("// ---- ggml-lowbit (src/metal/lowbit_mul_mv.metal) ----\n");
@@ -258,6 +263,32 @@ pub fn apply_patch(stock: &str, patch: &Path) -> Result<String, String> {
     }
     let text = std::fs::read_to_string(&file).map_err(|e| e.to_string());
     let _ = std::fs::remove_dir_all(&dir);
+    text
+}
+
+/// Runs a compiler command; its stderr is the error when it fails.
+fn run_compiler(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {:?}: {e}", cmd.get_program()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what}:\n{}", String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+/// The NUL-terminated message a C entry point wrote into `buf`.
+fn c_message(buf: &[u8]) -> String {
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Reads a GIMPLE dump and removes its scratch folder.
+fn read_dump(dump: &Path, dir: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(dump)
+        .map_err(|e| format!("{}: {e} (is the compiler g++?)", dump.display()));
+    let _ = std::fs::remove_dir_all(dir);
     text
 }
 
@@ -565,12 +596,8 @@ fn unroll_in_counted_kernels(mul_mv: &str) -> Result<String, String> {
         &REPLACED
     };
     for (from, until) in counted {
-        if let Some(start) = mul_mv.find(from) {
-            let end = mul_mv[start..]
-                .find(until)
-                .map(|p| start + p)
-                .ok_or_else(|| format!("no `{until}` after `{from}`"))?;
-            regions.push((start, end));
+        if mul_mv.contains(from) {
+            regions.push(region(mul_mv, 0, from, until)?);
         }
     }
     if regions.is_empty() {
@@ -623,33 +650,29 @@ fn compile_driver(
         std::fs::write(dir.join(name), text)
             .map_err(|e| format!("{}: {e}", dir.join(name).display()))?;
     }
-    let out = Command::new(compiler)
-        .args(args)
-        .arg(format!("-I{}", dir.display()))
-        .args(
-            sources
-                .includes
-                .iter()
-                .map(|i| format!("-I{}", i.display())),
-        )
-        .arg("-DLOWBIT_MUL_MV_SOURCE=\"mul_mv.metal\"")
-        .arg(format!(
-            "-DLOWBIT_VARIANT_{}",
-            variant.name().to_uppercase()
-        ))
-        .arg(repo().join("src/metal/emu/driver.cpp"))
-        .arg("-o")
-        .arg(output)
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", compiler.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "compiling the {} mul_mv.metal as C++ failed:\n{}",
-            variant.name(),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(())
+    run_compiler(
+        Command::new(compiler)
+            .args(args)
+            .arg(format!("-I{}", dir.display()))
+            .args(
+                sources
+                    .includes
+                    .iter()
+                    .map(|i| format!("-I{}", i.display())),
+            )
+            .arg("-DLOWBIT_MUL_MV_SOURCE=\"mul_mv.metal\"")
+            .arg(format!(
+                "-DLOWBIT_VARIANT_{}",
+                variant.name().to_uppercase()
+            ))
+            .arg(repo().join("src/metal/emu/driver.cpp"))
+            .arg("-o")
+            .arg(output),
+        &format!(
+            "compiling the {} mul_mv.metal as C++ failed",
+            variant.name()
+        ),
+    )
 }
 
 /// Builds (or finds in `target/metal-emu/`) the emulator for `variant` with `compiler` (a C++ compiler: the
@@ -796,9 +819,45 @@ impl Emulator {
         if rc == 0 {
             Ok(())
         } else {
-            let end = err.iter().position(|&b| b == 0).unwrap_or(err.len());
-            Err(String::from_utf8_lossy(&err[..end]).into_owned())
+            Err(c_message(&err))
         }
+    }
+
+    /// The 32 weights of sub-block `ib` of an IQ block (`fmt`: 0 IQ2_XXS, 1 IQ2_XS, 2 IQ2_S, 3 IQ3_S) as the
+    /// patched build's kernels decode them (their decoder, sign packing and scales).
+    pub fn iq_dequant_sub(&self, fmt: i32, block: &[u8], ib: usize) -> Result<[f32; 32], String> {
+        type SubFn = unsafe extern "C" fn(c_int, *const u8, c_int, *mut f32) -> c_int;
+        let f: SubFn = self.sym(b"lowbit_emu_iq_dequant_sub\0")?;
+        const SIZES: [usize; 4] = [66, 74, 82, 110];
+        let size = *SIZES.get(fmt as usize).ok_or("no such IQ format")?;
+        if block.len() != size || ib >= 8 {
+            return Err(format!(
+                "format {fmt}: a block is {size} bytes with 8 sub-blocks"
+            ));
+        }
+        let mut out = [0.0f32; 32];
+        // SAFETY: the block holds `size` bytes (checked), out 32 floats.
+        let rc = unsafe { f(fmt, block.as_ptr(), ib as c_int, out.as_mut_ptr()) };
+        if rc == 0 {
+            Ok(out)
+        } else {
+            Err(format!("format {fmt} unknown to the emulator"))
+        }
+    }
+
+    /// A helper of the patched build's kernels taking a byte and N activations (`lowbit_emu_<name>`: the Q2_0
+    /// chain takes 4, the PTQ1_0 chain 5, a Q1_0 nibble 4).
+    pub fn byte_helper<const N: usize>(
+        &self,
+        name: &str,
+        b: u8,
+        y: [f32; N],
+    ) -> Result<f32, String> {
+        type HelperFn = unsafe extern "C" fn(u8, *const f32) -> f32;
+        let sym = format!("lowbit_emu_{name}\0");
+        let f: HelperFn = self.sym(sym.as_bytes())?;
+        // SAFETY: the named helper reads N floats (its C signature; the caller passes the N it takes).
+        Ok(unsafe { f(b, y.as_ptr()) })
     }
 }
 
@@ -828,19 +887,14 @@ pub fn build_selftest(compiler: &Path) -> Result<SelfTest, String> {
     let dir = repo().join("target/metal-emu");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let so = dir.join(format!("libselftest-{}.so", std::process::id()));
-    let out = Command::new(compiler)
-        .args(compile_args(&shim))
-        .arg(shim.join("selftest.cpp"))
-        .arg("-o")
-        .arg(&so)
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", compiler.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "selftest.cpp: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
+    run_compiler(
+        Command::new(compiler)
+            .args(compile_args(&shim))
+            .arg(shim.join("selftest.cpp"))
+            .arg("-o")
+            .arg(&so),
+        "selftest.cpp",
+    )?;
     // SAFETY: the library we just built; no initialisers beyond C++ statics.
     let lib = unsafe { Library::new(&so) }.map_err(|e| format!("{}: {e}", so.display()))?;
     let _ = std::fs::remove_file(&so);
@@ -869,51 +923,8 @@ impl SelfTest {
         if rc == 0 {
             Ok(out)
         } else {
-            let end = err.iter().position(|&b| b == 0).unwrap_or(err.len());
-            Err(String::from_utf8_lossy(&err[..end]).into_owned())
+            Err(c_message(&err))
         }
-    }
-}
-
-impl Emulator {
-    /// The 32 weights of sub-block `ib` of an IQ block (`fmt`: 0 IQ2_XXS, 1 IQ2_XS, 2 IQ2_S, 3 IQ3_S) as the
-    /// patched build's kernels decode them (their decoder, sign packing and scales).
-    pub fn iq_dequant_sub(&self, fmt: i32, block: &[u8], ib: usize) -> Result<[f32; 32], String> {
-        type SubFn = unsafe extern "C" fn(c_int, *const u8, c_int, *mut f32) -> c_int;
-        let f: SubFn = self.sym(b"lowbit_emu_iq_dequant_sub\0")?;
-        const SIZES: [usize; 4] = [66, 74, 82, 110];
-        let size = *SIZES.get(fmt as usize).ok_or("no such IQ format")?;
-        if block.len() != size || ib >= 8 {
-            return Err(format!(
-                "format {fmt}: a block is {size} bytes with 8 sub-blocks"
-            ));
-        }
-        let mut out = [0.0f32; 32];
-        // SAFETY: the block holds `size` bytes (checked), out 32 floats.
-        let rc = unsafe { f(fmt, block.as_ptr(), ib as c_int, out.as_mut_ptr()) };
-        if rc == 0 {
-            Ok(out)
-        } else {
-            Err(format!("format {fmt} unknown to the emulator"))
-        }
-    }
-
-    /// A helper of the patched build's kernels taking a byte and five activations (`lowbit_emu_<name>`).
-    pub fn byte5_helper(&self, name: &str, b: u8, y: [f32; 5]) -> Result<f32, String> {
-        type HelperFn = unsafe extern "C" fn(u8, *const f32) -> f32;
-        let sym = format!("lowbit_emu_{name}\0");
-        let f: HelperFn = self.sym(sym.as_bytes())?;
-        // SAFETY: the helper reads five floats.
-        Ok(unsafe { f(b, y.as_ptr()) })
-    }
-
-    /// A helper of the patched build's kernels taking a byte and four activations (`lowbit_emu_<name>`).
-    pub fn byte_helper(&self, name: &str, b: u8, y: [f32; 4]) -> Result<f32, String> {
-        type HelperFn = unsafe extern "C" fn(u8, *const f32) -> f32;
-        let sym = format!("lowbit_emu_{name}\0");
-        let f: HelperFn = self.sym(sym.as_bytes())?;
-        // SAFETY: the helper reads four floats.
-        Ok(unsafe { f(b, y.as_ptr()) })
     }
 }
 
@@ -964,10 +975,7 @@ pub fn optimized_gimple(
         variant,
         &dir.join("driver.o"),
     )?;
-    let text = std::fs::read_to_string(&dump)
-        .map_err(|e| format!("{}: {e} (is the compiler g++?)", dump.display()));
-    let _ = std::fs::remove_dir_all(&dir);
-    text
+    read_dump(&dump, &dir)
 }
 
 /// GIMPLE of `src/metal/emu/opcount_probe.cpp`, compiled as `optimized_gimple` compiles the kernels: the loops of
@@ -976,24 +984,16 @@ pub fn probe_gimple(compiler: &Path) -> Result<String, String> {
     let shim = repo().join("src/metal/emu");
     let dir = tempdir("metal-probe")?;
     let dump = dir.join("probe.gimple");
-    let out = Command::new(compiler)
-        .args(common_args(&shim))
-        .args(counting_args())
-        .arg("-c")
-        .arg(format!("-fdump-tree-optimized-blocks={}", dump.display()))
-        .arg(shim.join("opcount_probe.cpp"))
-        .arg("-o")
-        .arg(dir.join("probe.o"))
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", compiler.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "opcount_probe.cpp: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let text = std::fs::read_to_string(&dump)
-        .map_err(|e| format!("{}: {e} (is the compiler g++?)", dump.display()));
-    let _ = std::fs::remove_dir_all(&dir);
-    text
+    run_compiler(
+        Command::new(compiler)
+            .args(common_args(&shim))
+            .args(counting_args())
+            .arg("-c")
+            .arg(format!("-fdump-tree-optimized-blocks={}", dump.display()))
+            .arg(shim.join("opcount_probe.cpp"))
+            .arg("-o")
+            .arg(dir.join("probe.o")),
+        "opcount_probe.cpp",
+    )?;
+    read_dump(&dump, &dir)
 }

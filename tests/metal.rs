@@ -14,15 +14,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 fn cxx() -> PathBuf {
-    cc::Build::new()
-        .cpp(true)
-        .target("x86_64-unknown-linux-gnu")
-        .host("x86_64-unknown-linux-gnu")
-        .opt_level(1)
-        .cargo_metadata(false)
-        .get_compiler()
-        .path()
-        .to_path_buf()
+    common::fork_c::cc_compiler(true)
 }
 
 fn llama_src() -> PathBuf {
@@ -481,7 +473,7 @@ fn ptq1_0_floor_chain_decodes_every_byte() {
         for n in 0..5 {
             let mut y = [0.0f32; 5];
             y[n] = 1.0;
-            let got = emu.byte5_helper("ptq1_0_byte_dot", q, y).unwrap();
+            let got = emu.byte_helper("ptq1_0_byte_dot", q, y).unwrap();
             let want = f32::from(ggml_lowbit::formats::ptq1_0::trit(q, n));
             assert_eq!(got.to_bits(), want.to_bits(), "byte {q}, digit {n}");
         }

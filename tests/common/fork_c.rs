@@ -8,7 +8,13 @@ use std::path::{Path, PathBuf};
 pub use ggml_lowbit::ab::fork::ForkReference;
 
 fn compiler() -> PathBuf {
+    cc_compiler(false)
+}
+
+/// The `cc` crate's C (or, `cpp`, C++) compiler for this target; the Metal tests build their C++ with it too.
+pub fn cc_compiler(cpp: bool) -> PathBuf {
     cc::Build::new()
+        .cpp(cpp)
         .target("x86_64-unknown-linux-gnu")
         .host("x86_64-unknown-linux-gnu")
         .opt_level(3)
