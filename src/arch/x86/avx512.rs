@@ -20,7 +20,7 @@
 
 use std::arch::x86_64::*;
 
-use super::pipelined;
+use super::{pipelined, pipelined_one_site};
 use crate::formats::iq::{self, IqBlock};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
@@ -49,6 +49,9 @@ const Q2_BYTES: usize = 18;
 const Q8_BYTES: usize = 34;
 const PQ2_BYTES: usize = 34;
 const PTQ1_BYTES: usize = 28;
+/// PTQ1_0's scale comes last: `qs[24]`, `qh[2]`, then `d`.
+const PTQ1_D0_AT: usize = 26;
+const _: () = assert!(std::mem::offset_of!(BlockPTQ1_0, d) == PTQ1_D0_AT);
 const Q1_BYTES: usize = 18;
 
 /// The 64 codes of one Q2_0 code group (16 bytes at `codes`), one per byte: `vpmovzxwq` puts code word `Q` in
@@ -591,24 +594,68 @@ pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
     }
 }
 
+/// Where `batch_block_scales` finds block `p`'s f16 scale (at byte `BYTES·p + D0_AT` of four blocks): the word
+/// index into the pair of 64-byte loads at bytes 0 and `second`, in the form `vpermt2w` takes (≥ 32: the second).
+/// Every scale must be word-aligned and inside one of the two loads, and the loads inside the four blocks.
+const fn scale_words(bytes: usize, d0_at: usize) -> (usize, [u16; 32]) {
+    let span = 4 * bytes;
+    assert!(span >= 64 && bytes.is_multiple_of(2) && d0_at.is_multiple_of(2));
+    let second = if span - 64 < 2 * bytes + d0_at {
+        span - 64
+    } else {
+        2 * bytes + d0_at
+    };
+    let mut idx = [0u16; 32];
+    let mut p = 0;
+    while p < 4 {
+        let at = bytes * p + d0_at;
+        idx[p] = if at + 2 <= 64 {
+            (at / 2) as u16
+        } else {
+            assert!(at >= second && at + 2 <= second + 64);
+            (32 + (at - second) / 2) as u16
+        };
+        p += 1;
+    }
+    (second, idx)
+}
+
+/// The f16 scales of the four blocks at `xb` (block `p`'s at byte `BYTES·p + D0_AT`) as four floats: two 64-byte
+/// loads inside the blocks, one `vpermt2w`, one conversion (four word inserts cost twice the operations).
+#[inline(always)]
+unsafe fn batch_block_scales<const BYTES: usize, const D0_AT: usize>(xb: *const u8) -> __m128 {
+    let (second, idx) = const { scale_words(BYTES, D0_AT) };
+    // SAFETY: the caller guarantees four whole blocks (4·BYTES bytes) at `xb`; `scale_words` checked that both
+    // loads lie inside them; the calling kernel enables the features.
+    unsafe {
+        let words = _mm512_permutex2var_epi16(
+            _mm512_loadu_si512(xb as *const _),
+            _mm512_loadu_si512(idx.as_ptr() as *const _),
+            _mm512_loadu_si512(xb.add(second) as *const _),
+        );
+        _mm_cvtph_ps(_mm512_castsi512_si128(words))
+    }
+}
+
 /// The driver shared by the fork's 128-weight formats (PQ2_0, PTQ1_0): four blocks (eight 64-weight groups)
 /// per batch through `group_sums`, then each block's four-step `sumi` (the four blocks side by side in one
 /// 128-bit vector) and the `sumf` step, software-pipelined like the Q2_0 kernel. `weights(b, h)` gives half `h` of
-/// block `b`'s weights (bytes 0..=3), `d0_bits(b)` its f16 scale. Returns the running sum after `4·batches`
-/// blocks; the caller finishes the tail with its format's chain.
+/// block `b`'s weights (bytes 0..=3); block `b` is `BYTES` bytes at `xp`, its f16 scale at byte `D0_AT`. Returns
+/// the running sum after `4·batches` blocks; the caller finishes the tail with its format's chain.
 ///
 /// Groups are ordered so that quarter `k` of block `p` lands in lane `4k + p`: group `4h + p` is half `h` of
 /// block `p`, so `group_sums` puts its halves (quarters `2h`, `2h + 1`) in lanes `8h + p` and `8h + 4 + p`.
 ///
 /// # Safety
-/// `yp` points at `16·batches` q8_0 blocks; `weights` and `d0_bits` are valid for blocks `0..4·batches`.
+/// `xp` points at `4·batches` blocks, `yp` at `16·batches` q8_0 blocks; `weights` is valid for blocks
+/// `0..4·batches`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn fork_block_batches<const FMA: bool>(
+unsafe fn fork_block_batches<const FMA: bool, const BYTES: usize, const D0_AT: usize>(
     batches: usize,
+    xp: *const u8,
     yp: *const u8,
     weights: impl Fn(usize, usize) -> __m512i,
-    d0_bits: impl Fn(usize) -> u16,
 ) -> f32 {
     static QUARTER_MAJOR: D1Tables = D1Tables::new({
         let mut order = [0usize; 16];
@@ -621,7 +668,7 @@ unsafe fn fork_block_batches<const FMA: bool>(
     });
     // SAFETY (both closures): batch k < batches covers blocks 4k..4k+4 and q8_0 blocks 16k..16k+16, inside
     // what the caller guarantees; this function's target features cover the helpers'.
-    pipelined(
+    pipelined_one_site(
         batches,
         |k| unsafe {
             let yb = yp.add(16 * k * Q8_BYTES);
@@ -633,12 +680,12 @@ unsafe fn fork_block_batches<const FMA: bool>(
                 )
             });
             let d1 = group_d1(yb, &QUARTER_MAJOR);
-            let mut d0 = _mm_setzero_si128();
-            d0 = _mm_insert_epi16::<0>(d0, d0_bits(4 * k) as i32);
-            d0 = _mm_insert_epi16::<1>(d0, d0_bits(4 * k + 1) as i32);
-            d0 = _mm_insert_epi16::<2>(d0, d0_bits(4 * k + 2) as i32);
-            d0 = _mm_insert_epi16::<3>(d0, d0_bits(4 * k + 3) as i32);
-            let d0 = _mm_cvtph_ps(d0);
+            let d0 = batch_block_scales::<BYTES, D0_AT>(xp.add(4 * k * BYTES));
+            (s, d1, d0)
+        },
+        // The four-step `sumi` runs here, after the next batch's vector work has been issued, not at the end of
+        // its own batch's work (PQ2_0 measured 3 % faster so; `docs/PERFORMANCE.md`).
+        |mut sumf, (s, d1, d0): (__m512, __m512, __m128)| unsafe {
             // Quarter k of the four blocks is 128-bit lane k.
             let q = |v: __m512| {
                 (
@@ -661,17 +708,14 @@ unsafe fn fork_block_batches<const FMA: bool>(
                 let acc = _mm_add_ps(acc, _mm_mul_ps(e2, s2));
                 _mm_add_ps(acc, _mm_mul_ps(e3, s3))
             };
-            let (mut a, mut b) = ([0f32; 4], [0f32; 4]);
-            _mm_storeu_ps(a.as_mut_ptr(), d0);
-            _mm_storeu_ps(b.as_mut_ptr(), sumi);
-            (a, b)
-        },
-        |mut sumf, (d0, sumi): ([f32; 4], [f32; 4])| {
+            let (mut d0s, mut sums) = ([0f32; 4], [0f32; 4]);
+            _mm_storeu_ps(d0s.as_mut_ptr(), d0);
+            _mm_storeu_ps(sums.as_mut_ptr(), sumi);
             for p in 0..4 {
                 sumf = if FMA {
-                    d0[p].mul_add(sumi[p], sumf)
+                    d0s[p].mul_add(sums[p], sumf)
                 } else {
-                    sumf + d0[p] * sumi[p]
+                    sumf + d0s[p] * sums[p]
                 };
             }
             sumf
@@ -739,15 +783,10 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
         // SAFETY: blocks 0..4·batches of x and 16·batches q8_0 blocks of y are inside the slices; each half's
         // 8 bit bytes are inside its block.
         let sumf = unsafe {
-            fork_block_batches::<false>(
-                batches,
-                yp,
-                |b, h| {
-                    let bits = (xp.add(b * Q1_BYTES + 2 + 8 * h) as *const u64).read_unaligned();
-                    _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(2))
-                },
-                |b| x[b].d.to_bits(),
-            )
+            fork_block_batches::<false, Q1_BYTES, 0>(batches, xp, yp, |b, h| {
+                let bits = (xp.add(b * Q1_BYTES + 2 + 8 * h) as *const u64).read_unaligned();
+                _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(2))
+            })
         };
         return q1_0::x64_chain_from(sumf, &x[done..], &y[4 * done..]);
     }
@@ -992,12 +1031,9 @@ pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8
     // SAFETY: blocks 0..4·batches of x and 16·batches q8_0 blocks of y are inside the slices; each half's 16
     // code bytes are inside its block.
     let sumf = unsafe {
-        fork_block_batches::<FMA>(
-            batches,
-            y.as_ptr() as *const u8,
-            |b, h| q2_group_codes(xp.add(b * PQ2_BYTES + 2 + 16 * h)),
-            |b| x[b].d.to_bits(),
-        )
+        fork_block_batches::<FMA, PQ2_BYTES, 0>(batches, xp, y.as_ptr() as *const u8, |b, h| {
+            q2_group_codes(xp.add(b * PQ2_BYTES + 2 + 16 * h))
+        })
     };
     let done = 4 * batches;
     vec_dot_pq2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[4 * done..])
@@ -1080,13 +1116,27 @@ unsafe fn base3_digits_in_place(
     }
 }
 
-/// The 64 trits (0..=2, one per byte, element order) of half `h` of the PTQ1_0 block at `b`: one masked load
-/// of the 26 packed bytes (never past the block), then `base3_digits`.
+/// The 64 trits (0..=2, one per byte, element order) of half `h` of the PTQ1_0 block at `b`: half 0 from a
+/// broadcast of bytes 0..16, half 1 from one masked load of the 26 packed bytes (never past the block) through
+/// `base3_digits`' permute.
 #[inline(always)]
 unsafe fn ptq1_half_trits(b: *const u8, h: usize) -> __m512i {
     // SAFETY (whole body): the caller guarantees a whole 28-byte block at `b`; the masked load reads bytes 0..26
     // of it only (masked-off bytes are not accessed); features are enabled by the calling kernel.
     unsafe {
+        if h == 0 {
+            // Half 0 is digits 0..3 of bytes 0..15, digit n in 128-bit lane n (checked below): a broadcast
+            // load puts every byte in place, no permute.
+            const {
+                let mut p = 0;
+                while p < 64 {
+                    assert!(PTQ1_PERM[0][p] as usize == p % 16);
+                    p += 1;
+                }
+            }
+            let packed = _mm512_broadcast_i32x4(_mm_loadu_si128(b as *const __m128i));
+            return base3_digits_in_place(packed, &PTQ1_MULT_EVEN[0], &PTQ1_MULT_ODD[0]);
+        }
         let packed = _mm256_maskz_loadu_epi8(0x03ff_ffff, b as *const i8);
         base3_digits(
             _mm512_castsi256_si512(packed),
@@ -1109,11 +1159,11 @@ pub unsafe fn vec_dot_ptq1_0_q8_0<const FMA: bool>(x: &[BlockPTQ1_0], y: &[Block
     let xp = x.as_ptr() as *const u8;
     // SAFETY: blocks 0..4·batches of x and 16·batches q8_0 blocks of y are inside the slices.
     let sumf = unsafe {
-        fork_block_batches::<FMA>(
+        fork_block_batches::<FMA, PTQ1_BYTES, PTQ1_D0_AT>(
             batches,
+            xp,
             y.as_ptr() as *const u8,
             |b, h| ptq1_half_trits(xp.add(b * PTQ1_BYTES), h),
-            |b| x[b].d.to_bits(),
         )
     };
     let done = 4 * batches;
