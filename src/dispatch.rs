@@ -100,6 +100,9 @@ pub struct Kernels {
     dequantize_row_q2_0: unsafe fn(&[BlockQ2_0], &mut [f32]),
     vec_dot_pq2_0_q8_0: unsafe fn(&[BlockPQ2_0], &[BlockQ8_0]) -> f32,
     vec_dot_ptq1_0_q8_0: unsafe fn(&[BlockPTQ1_0], &[BlockQ8_0]) -> f32,
+    /// Tile kernels for the fork formats where the instruction set has them; `None`: one vec_dot per pair.
+    mul_mat_pq2_0_q8_0: Option<ForkMulMat<BlockPQ2_0>>,
+    mul_mat_ptq1_0_q8_0: Option<ForkMulMat<BlockPTQ1_0>>,
     mul_mat_q2_0_q8_0: unsafe fn(Rows<'_, BlockQ2_0>, Rows<'_, BlockQ8_0>, Emit<'_>),
     vec_dot_q1_0_q8_0: unsafe fn(&[BlockQ1_0], &[BlockQ8_0]) -> f32,
     mul_mat_q1_0_q8_0: unsafe fn(Rows<'_, BlockQ1_0>, Rows<'_, BlockQ8_0>, Emit<'_>),
@@ -125,6 +128,9 @@ pub use crate::arch::x86::avx512::IqDecode as IqKernelDecode;
 pub trait IqKernelDecode {}
 #[cfg(not(target_arch = "x86_64"))]
 impl<T> IqKernelDecode for T {}
+
+/// A fork format's tile kernel in a `Kernels` table.
+type ForkMulMat<B> = unsafe fn(Rows<'_, B>, Rows<'_, BlockQ8_0>, Emit<'_>);
 
 /// One IQ format's vec_dot entry in a `Kernels` table.
 type IqDot<B> = unsafe fn(&[B], &[BlockQ8K]) -> f32;
@@ -207,6 +213,16 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_ptq1_0_q8_0::<false>
                         },
+                        mul_mat_pq2_0_q8_0: Some(if haswell {
+                            avx512::mul_mat_pq2_0_q8_0::<true>
+                        } else {
+                            avx512::mul_mat_pq2_0_q8_0::<false>
+                        }),
+                        mul_mat_ptq1_0_q8_0: Some(if haswell {
+                            avx512::mul_mat_ptq1_0_q8_0::<true>
+                        } else {
+                            avx512::mul_mat_ptq1_0_q8_0::<false>
+                        }),
                         mul_mat_q2_0_q8_0: if haswell {
                             avx512::mul_mat_q2_0_q8_0::<true>
                         } else {
@@ -265,6 +281,8 @@ impl Kernels {
                         } else {
                             avx2::vec_dot_ptq1_0_q8_0::<false>
                         },
+                        mul_mat_pq2_0_q8_0: None,
+                        mul_mat_ptq1_0_q8_0: None,
                         mul_mat_q2_0_q8_0: if haswell {
                             avx2::mul_mat_q2_0_q8_0::<true>
                         } else {
@@ -319,6 +337,8 @@ impl Kernels {
             } else {
                 ptq1_0::vec_dot_ptq1_0_q8_0_nofma_model
             },
+            mul_mat_pq2_0_q8_0: None,
+            mul_mat_ptq1_0_q8_0: None,
             mul_mat_q2_0_q8_0: if haswell {
                 scalar_mul_mat_q2_0::<true>
             } else {
@@ -528,6 +548,54 @@ impl Kernels {
         );
         // SAFETY: as `vec_dot_q2_0_q8_0`.
         unsafe { (self.vec_dot_ptq1_0_q8_0)(x, y) }
+    }
+
+    /// `W · Y` for PQ2_0 (PrismML fork): `emit(r, c, v)` with the bits of
+    /// `vec_dot_pq2_0_q8_0(x.row(r), y.row(c))`: the tile kernel with AVX-512, one `vec_dot` per pair otherwise
+    /// (`tiles.rs`).
+    pub fn mul_mat_pq2_0_q8_0(
+        &self,
+        x: Rows<'_, BlockPQ2_0>,
+        y: Rows<'_, BlockQ8_0>,
+        emit: Emit<'_>,
+    ) {
+        assert!(
+            y.nb() >= 4 * x.nb(),
+            "q8_0 columns shorter than the PQ2_0 rows"
+        );
+        match self.mul_mat_pq2_0_q8_0 {
+            // SAFETY: as `vec_dot_q2_0_q8_0`; the lengths are checked above.
+            Some(tiles) => unsafe { tiles(x, y, emit) },
+            None => mul_mat_by_pairs(
+                |a, b| self.vec_dot_pq2_0_q8_0(a, &b[..4 * a.len()]),
+                x,
+                y,
+                emit,
+            ),
+        }
+    }
+
+    /// `W · Y` for PTQ1_0 (PrismML fork), as `mul_mat_pq2_0_q8_0`.
+    pub fn mul_mat_ptq1_0_q8_0(
+        &self,
+        x: Rows<'_, BlockPTQ1_0>,
+        y: Rows<'_, BlockQ8_0>,
+        emit: Emit<'_>,
+    ) {
+        assert!(
+            y.nb() >= 4 * x.nb(),
+            "q8_0 columns shorter than the PTQ1_0 rows"
+        );
+        match self.mul_mat_ptq1_0_q8_0 {
+            // SAFETY: as `vec_dot_q2_0_q8_0`; the lengths are checked above.
+            Some(tiles) => unsafe { tiles(x, y, emit) },
+            None => mul_mat_by_pairs(
+                |a, b| self.vec_dot_ptq1_0_q8_0(a, &b[..4 * a.len()]),
+                x,
+                y,
+                emit,
+            ),
+        }
     }
 
     /// `dequantize_row_ptq1_0` (not a hot path: the scalar model on every instruction set).

@@ -516,6 +516,76 @@ pub unsafe extern "C" fn ggml_lowbit_mul_mat_q1_0_q8_0(
     })
 }
 
+/// Whole PQ2_0 products (PrismML fork): as `ggml_lowbit_mul_mat_q2_0_q8_0` with PQ2_0 rows (`n/128` blocks of
+/// 34 bytes) and the bits of the library's `ggml_vec_dot_pq2_0_q8_0` on every pair, in the float order it serves.
+/// `n` not a multiple of 128 ignores the tail; the other edge cases are as there.
+///
+/// # Safety
+/// Rows, columns and the output hold what the arguments describe.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_mul_mat_pq2_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrows: c_int,
+    ncols: c_int,
+) {
+    let args = interpose::MulMatArgs {
+        n,
+        s,
+        bs,
+        vx,
+        bx,
+        vy,
+        by,
+        nrows,
+        ncols,
+    };
+    // SAFETY: the contract above, passed on.
+    guard("ggml_lowbit_mul_mat_pq2_0_q8_0", || unsafe {
+        interpose::mul_mat_pq2_0_q8_0(args)
+    })
+}
+
+/// Whole PTQ1_0 products (PrismML fork): as `ggml_lowbit_mul_mat_q2_0_q8_0` with PTQ1_0 rows (`n/128` blocks of
+/// 28 bytes) and the bits of the library's `ggml_vec_dot_ptq1_0_q8_0` on every pair, in the float order it serves.
+/// `n` not a multiple of 128 ignores the tail; the other edge cases are as there.
+///
+/// # Safety
+/// Rows, columns and the output hold what the arguments describe.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_mul_mat_ptq1_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrows: c_int,
+    ncols: c_int,
+) {
+    let args = interpose::MulMatArgs {
+        n,
+        s,
+        bs,
+        vx,
+        bx,
+        vy,
+        by,
+        nrows,
+        ncols,
+    };
+    // SAFETY: the contract above, passed on.
+    guard("ggml_lowbit_mul_mat_ptq1_0_q8_0", || unsafe {
+        interpose::mul_mat_ptq1_0_q8_0(args)
+    })
+}
+
 /// The patched ggml-cpu's entry at the start of every MUL_MAT (`ggml-patch/cpu.patch`): computes whole Q2_0
 /// products like the preloaded hook below and returns `true`, or returns `false` and leaves the op to ggml.
 ///

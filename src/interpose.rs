@@ -1321,6 +1321,38 @@ pub unsafe fn mul_mat_q2_0_q8_0(a: MulMatArgs) {
     }
 }
 
+/// Serves `ggml_lowbit_mul_mat_pq2_0_q8_0` with the tile kernels (the fork's PQ2_0).
+///
+/// # Safety
+/// As `mul_mat_rows`.
+pub unsafe fn mul_mat_pq2_0_q8_0(a: MulMatArgs) {
+    // SAFETY: passed on.
+    unsafe {
+        mul_mat_rows::<BlockPQ2_0>(
+            "ggml_lowbit_mul_mat_pq2_0_q8_0",
+            128,
+            Kernels::mul_mat_pq2_0_q8_0,
+            a,
+        )
+    }
+}
+
+/// Serves `ggml_lowbit_mul_mat_ptq1_0_q8_0` with the tile kernels (the fork's PTQ1_0).
+///
+/// # Safety
+/// As `mul_mat_rows`.
+pub unsafe fn mul_mat_ptq1_0_q8_0(a: MulMatArgs) {
+    // SAFETY: passed on.
+    unsafe {
+        mul_mat_rows::<BlockPTQ1_0>(
+            "ggml_lowbit_mul_mat_ptq1_0_q8_0",
+            128,
+            Kernels::mul_mat_ptq1_0_q8_0,
+            a,
+        )
+    }
+}
+
 /// Serves `ggml_lowbit_mul_mat_q1_0_q8_0` with the tile kernels.
 ///
 /// # Safety

@@ -364,3 +364,104 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
         });
     });
 }
+
+/// One batch (four PQ2_0 or PTQ1_0 blocks, sixteen q8_0 blocks) of an activation column prepared for the fork
+/// formats' tile kernel (`avx512.rs`, `fork_tile_rows`), in the layout the vec_dot driver reads the column in:
+/// - `q[g]`: group `g = 4h + p` (half `h` of block `p`) meets q8_0 blocks `4p + 2h` and `4p + 2h + 1`: their 64
+///   quants back to back, so a row loads each group's quants with one aligned load;
+/// - `qsum`: `Σ q` of q8_0 block `4p + k` in lane `4k + p` (the `−1` of a weight byte `w − 1`, subtracted once
+///   per batch instead of one dot product per group), and `d1`: its scale as a float, in the same lane.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub struct ForkColumnBatch {
+    pub(crate) q: [[i8; 64]; 8],
+    pub(crate) qsum: [i32; 16],
+    pub(crate) d1: [f32; 16],
+}
+
+/// Prepares the full batches (`y.len() / 16`) of one q8_0 column into `out`. Plain Rust: one pass over the
+/// column, shared by every row.
+pub(crate) fn fork_prepare_column(y: &[BlockQ8_0], out: &mut Vec<ForkColumnBatch>) {
+    out.clear();
+    out.extend(y.chunks_exact(16).map(|batch| {
+        let mut c = ForkColumnBatch {
+            q: [[0; 64]; 8],
+            qsum: [0; 16],
+            d1: [0.0; 16],
+        };
+        for g in 0..8 {
+            let (p, h) = (g % 4, g / 4);
+            for half in 0..2 {
+                let b = &batch[4 * p + 2 * h + half];
+                c.q[g][32 * half..32 * half + 32].copy_from_slice(&b.qs);
+            }
+        }
+        for (i, b) in batch.iter().enumerate() {
+            let (p, k) = (i / 4, i % 4);
+            c.qsum[4 * k + p] = b.qs.iter().map(|&q| q as i32).sum();
+            c.d1[4 * k + p] = b.d.to_f32();
+        }
+        c
+    }));
+}
+
+/// An instruction set's fork-format row kernel: the running sums of `R` rows (pointers to their first block)
+/// after every batch of a prepared column.
+pub(crate) type ForkTileRows<const R: usize> =
+    unsafe fn([*const u8; R], &[ForkColumnBatch]) -> [f32; R];
+
+/// `W · Y` for a fork format (PQ2_0, PTQ1_0: 128-weight blocks, four q8_0 blocks each): columns prepared in
+/// chunks that stay in L2, the rows four at a time in long streams against each column, tail rows one at a
+/// time, and each row's blocks past the last full batch through the format's scalar chain (`finish`, its
+/// `vec_dot_*_from`), so every element has the bits of that format's `vec_dot` in the same float order.
+///
+/// # Safety
+/// `rows4` and `rows1` must be safe to call on this CPU and read `BYTES`-byte blocks of `B`;
+/// `y.nb() >= 4 * x.nb()`.
+pub(crate) unsafe fn mul_mat_fork_tiles<B>(
+    x: Rows<'_, B>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+    rows4: ForkTileRows<TILE_ROWS>,
+    rows1: ForkTileRows<1>,
+    finish: fn(f32, &[B], &[BlockQ8_0]) -> f32,
+) {
+    thread_local! {
+        static PREPARED: std::cell::RefCell<Vec<Vec<ForkColumnBatch>>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let nb = x.nb();
+    let done = 4 * (nb / 4);
+    let batch_bytes = std::mem::size_of::<ForkColumnBatch>() * (nb / 4).max(1);
+    let chunk = (PREPARED_BYTES / batch_bytes).max(1);
+    let finish = |emit: &mut dyn FnMut(usize, usize, f32), r: usize, c: usize, sumf: f32| {
+        let (row, col) = (x.row(r), y.row(c));
+        emit(r, c, finish(sumf, &row[done..], &col[4 * done..4 * nb]));
+    };
+    PREPARED.with_borrow_mut(|prepared| {
+        let prepare = |c: usize, out: &mut Vec<ForkColumnBatch>| {
+            fork_prepare_column(&y.row(c)[..4 * done], out)
+        };
+        for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
+            let (tail, steps) = tile_steps(x.rows());
+            for rows in steps {
+                let ptrs = rows.map(|r| x.row(r).as_ptr() as *const u8);
+                for c in c0..c1 {
+                    // SAFETY: the rows exist and hold nb ≥ 4·prepared.len() blocks each; the caller vouches
+                    // for the CPU.
+                    let sums = unsafe { rows4(ptrs, &prepared[c - c0]) };
+                    for (r, s) in rows.into_iter().zip(sums) {
+                        finish(emit, r, c, s);
+                    }
+                }
+            }
+            for r in tail..x.rows() {
+                for c in c0..c1 {
+                    // SAFETY: as above.
+                    let sums =
+                        unsafe { rows1([x.row(r).as_ptr() as *const u8], &prepared[c - c0]) };
+                    finish(emit, r, c, sums[0]);
+                }
+            }
+        });
+    });
+}

@@ -157,6 +157,113 @@ fn ptq1_0_matches_the_fork_generic_c_built_without_fma() {
     check(Format::Ptq1_0, FloatOrder::X64, false);
 }
 
+/// The tile products (`Kernels::mul_mat_pq2_0_q8_0`, `_ptq1_0_q8_0`, the C API's `ggml_lowbit_mul_mat_*`):
+/// every element against the C's vec_dot on its (row, column) pair, `to_bits()`, for every instruction set's
+/// table of the matching order, both C builds, 60,000 elements each; shapes with row tails (1..=9 rows: the
+/// four-row steps and single rows), block tails (every `nb % 4`), several columns, rows and columns with gaps
+/// between them, all-0xff rows, q8 = −128 blocks and special scales.
+fn check_tiles(format: Format, order: FloatOrder, fma: bool) {
+    use ggml_lowbit::tiles::Rows;
+    let reference = common::fork_c::build(fma);
+    let reference = format.reference(&reference);
+    let bb = format.block_bytes();
+    let mut rng = SmallRng::seed_from_u64(if fma { 21 } else { 22 });
+    let (mut elements, mut nan_pairs) = (0usize, 0usize);
+    // An ordinary f16 scale from `base`, or one time in 40 a special one (±0, subnormal, ±65504, ±Inf, NaN).
+    let scale = |rng: &mut SmallRng, base: u16| {
+        const SPECIALS: [u16; 10] = [
+            0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
+        ];
+        if rng.gen_ratio(1, 40) {
+            SPECIALS[rng.gen_range(0..SPECIALS.len())]
+        } else {
+            base + rng.gen_range(0..0x1400)
+        }
+    };
+    for isa in Isa::ALL.into_iter().filter(|&i| i <= detected_isa()) {
+        let k = Kernels::new(isa, order);
+        let (mut case, start) = (0usize, elements);
+        while elements - start < 60_000 {
+            let (nb, rows, cols) = (1 + case % 13, 1 + case % 9, 1 + case % 4);
+            let (xs, ys) = (nb + case % 2, 4 * nb + case % 3);
+            let mut x = vec![0u8; rows * xs * bb];
+            rng.fill(&mut x[..]);
+            for blk in x.chunks_exact_mut(bb) {
+                if case % 5 == 0 {
+                    blk.fill(0xff);
+                }
+                let d = scale(&mut rng, 0x2000);
+                blk[format.scale_at()].copy_from_slice(&d.to_le_bytes());
+            }
+            let mut y = vec![0u8; cols * ys * 34];
+            rng.fill(&mut y[..]);
+            for (i, blk) in y.chunks_exact_mut(34).enumerate() {
+                blk[..2].copy_from_slice(&scale(&mut rng, 0x2800).to_le_bytes());
+                if i % 11 == 0 {
+                    blk[2..].fill(0x80);
+                }
+            }
+            let mut got = vec![f32::NAN; rows * cols];
+            let mut emit = |r: usize, c: usize, v: f32| got[c * rows + r] = v;
+            match format {
+                Format::Pq2_0 => k.mul_mat_pq2_0_q8_0(
+                    Rows::new(blocks(&x), nb, xs, rows).unwrap(),
+                    Rows::new(blocks(&y), 4 * nb, ys, cols).unwrap(),
+                    &mut emit,
+                ),
+                Format::Ptq1_0 => k.mul_mat_ptq1_0_q8_0(
+                    Rows::new(blocks(&x), nb, xs, rows).unwrap(),
+                    Rows::new(blocks(&y), 4 * nb, ys, cols).unwrap(),
+                    &mut emit,
+                ),
+            }
+            for c in 0..cols {
+                for r in 0..rows {
+                    let want = call(
+                        reference,
+                        nb * 128,
+                        &x[r * xs * bb..(r * xs + nb) * bb],
+                        &y[c * ys * 34..(c * ys + 4 * nb) * 34],
+                    );
+                    let v = got[c * rows + r];
+                    if v.to_bits() != want.to_bits() {
+                        assert!(
+                            v.is_nan() && want.is_nan(),
+                            "{isa:?} {} nb {nb} rows {rows} cols {cols}: ({r}, {c}) {v:e} vs {want:e}",
+                            order.name()
+                        );
+                        nan_pairs += 1;
+                    }
+                    elements += 1;
+                }
+            }
+            case += 1;
+        }
+    }
+    println!(
+        "{} tiles {} against C built with{} FMA: {elements} elements, {nan_pairs} NaN pairs",
+        if format == Format::Pq2_0 {
+            "pq2_0"
+        } else {
+            "ptq1_0"
+        },
+        order.name(),
+        if fma { "" } else { "out" }
+    );
+}
+
+#[test]
+fn tiles_match_the_fork_generic_c_built_with_fma() {
+    check_tiles(Format::Pq2_0, FloatOrder::Haswell, true);
+    check_tiles(Format::Ptq1_0, FloatOrder::Haswell, true);
+}
+
+#[test]
+fn tiles_match_the_fork_generic_c_built_without_fma() {
+    check_tiles(Format::Pq2_0, FloatOrder::X64, false);
+    check_tiles(Format::Ptq1_0, FloatOrder::X64, false);
+}
+
 #[test]
 fn the_two_c_builds_differ_so_the_check_can_fail() {
     let (a, b) = (common::fork_c::build(true), common::fork_c::build(false));

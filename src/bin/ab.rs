@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use ggml_lowbit::ab::bits::{self, CSymbols, KFormat, Subject, SymbolReport};
+use ggml_lowbit::ab::bits::{self, CSymbols, KFormat, MulMatFn, Subject, SymbolReport};
 use ggml_lowbit::ab::fork;
 use ggml_lowbit::ab::speed::{self, MatVec, SpeedRow, BONSAI2_SHAPES, BONSAI_8B_SHAPES};
 use ggml_lowbit::model::WeightType;
@@ -745,6 +745,8 @@ fn cmd_speed(
         "ggml_vec_dot_iq3_s_q8_K",
         "ggml_vec_dot_pq2_0_q8_0",
         "ggml_vec_dot_ptq1_0_q8_0",
+        "ggml_lowbit_mul_mat_pq2_0_q8_0",
+        "ggml_lowbit_mul_mat_ptq1_0_q8_0",
     ];
     check_symbols(only, &known)?;
     if build == Build::All {
@@ -800,10 +802,17 @@ fn cmd_speed(
     .into_iter()
     .filter(|(s, _)| wants(s))
     .collect();
+    let fork_tiles_wanted: Vec<(&str, WeightType)> = [
+        ("ggml_lowbit_mul_mat_pq2_0_q8_0", WeightType::Pq2_0),
+        ("ggml_lowbit_mul_mat_ptq1_0_q8_0", WeightType::Ptq1_0),
+    ]
+    .into_iter()
+    .filter(|(s, _)| wants(s))
+    .collect();
     // The fork's formats have no stock build: their baseline is the fork's generic C compiled here the way the
     // fork is built (FMA for the haswell order, none for x64).
     let fma = order == FloatOrder::Haswell;
-    let fork = if fork_wanted.is_empty() {
+    let fork = if fork_wanted.is_empty() && fork_tiles_wanted.is_empty() {
         None
     } else {
         let root = std::env::current_dir().map_err(|e| e.to_string())?;
@@ -872,24 +881,29 @@ fn cmd_speed(
             baseline_name: stock_name.clone(),
         });
     }
-    for (symbol, format) in fork_wanted {
+    for &(symbol, format) in fork_wanted.iter().chain(&fork_tiles_wanted) {
         let (weights, _) = format.block();
         if let Some((r, c)) = fork_shapes.iter().find(|(_, c)| c % weights != 0) {
             return Err(format!(
                 "{r}x{c}: {symbol} needs columns in whole blocks of {weights}"
             ));
         }
+    }
+    let fork_dot = |format: WeightType| {
         let reference = fork.as_ref().expect("built above");
+        if format == WeightType::Pq2_0 {
+            reference.vec_dot_pq2_0
+        } else {
+            reference.vec_dot_ptq1_0
+        }
+    };
+    for (symbol, format) in fork_wanted {
         jobs.push(SpeedJob {
             symbol,
             format,
             shapes: fork_shapes.clone(),
             ours: lookup_vec_dot(&ours_lib, symbol)?,
-            baseline: if format == WeightType::Pq2_0 {
-                reference.vec_dot_pq2_0
-            } else {
-                reference.vec_dot_ptq1_0
-            },
+            baseline: fork_dot(format),
             baseline_name: fork_name.clone(),
         });
     }
@@ -932,6 +946,22 @@ fn cmd_speed(
                 bar.set_message(format!("speed {symbol} {r}x{c}, {t} thread(s)"));
                 let mut row = speed::time_mul_mat(symbol, &m, tiles, stock_dot, t, reps)?;
                 row.baseline = format!("{stock_name}, vec_dot per row");
+                rows.push(row);
+            }
+        }
+    }
+    for (symbol, format) in fork_tiles_wanted {
+        let name = format!("{symbol}\0");
+        // SAFETY: the tile exports all have the signature `MulMatFn` describes (`ffi.rs`).
+        let tiles = unsafe { ours_lib.get::<MulMatFn>(name.as_bytes()) }
+            .map(|f| *f)
+            .map_err(|e| format!("{symbol}: {e}"))?;
+        for &(r, c) in &fork_shapes {
+            let m = MatVec::new(format, r, c, 42);
+            for &t in &threads {
+                bar.set_message(format!("speed {symbol} {r}x{c}, {t} thread(s)"));
+                let mut row = speed::time_mul_mat(symbol, &m, tiles, fork_dot(format), t, reps)?;
+                row.baseline = format!("{fork_name}, vec_dot per row");
                 rows.push(row);
             }
         }

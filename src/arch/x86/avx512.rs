@@ -41,8 +41,8 @@ use crate::formats::tq1_0::{self, BlockTQ1_0};
 use crate::formats::tq2_0::{self, BlockTQ2_0};
 use crate::fp16::F16_TO_F32_TABLE;
 use crate::tiles::{
-    mul_mat_by_pairs, mul_mat_q1_0_tiles, mul_mat_q2_0_tiles, Emit, Q1ColumnBlock, Q2ColumnBatch,
-    Rows,
+    mul_mat_by_pairs, mul_mat_fork_tiles, mul_mat_q1_0_tiles, mul_mat_q2_0_tiles, Emit,
+    ForkColumnBatch, Q1ColumnBlock, Q2ColumnBatch, Rows,
 };
 
 const Q2_BYTES: usize = 18;
@@ -95,13 +95,21 @@ unsafe fn group_partials(w: __m512i, q0: *const u8, q1: *const u8) -> __m512i {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 unsafe fn group_sums(group: impl Fn(usize) -> (__m512i, *const u8)) -> __m512 {
-    // SAFETY (whole body): the caller guarantees two q8_0 blocks at each group's pointer; features are enabled
-    // by this function.
+    // SAFETY: the caller guarantees two q8_0 blocks at each group's pointer; features are enabled by this
+    // function.
     unsafe {
-        let v: [__m512i; 8] = std::array::from_fn(|g| {
+        _mm512_cvtepi32_ps(reduce_group_partials(std::array::from_fn(|g| {
             let (w, q0) = group(g);
             group_partials(w, q0, q0.add(Q8_BYTES))
-        });
+        })))
+    }
+}
+
+/// Eight groups' sixteen-dword partials to their sixteen half sums, in `group_sums`' lane order.
+#[inline(always)]
+unsafe fn reduce_group_partials(v: [__m512i; 8]) -> __m512i {
+    // SAFETY (whole body): register operations only; features come from the calling kernel.
+    unsafe {
         // Reduction with in-lane unpacks only: after two levels, 128-bit lane l of r[j] holds
         // [v[4j]_l, v[4j+1]_l, v[4j+2]_l, v[4j+3]_l] (sums of lane l's four dwords).
         let unpack32 = |a: __m512i, b: __m512i| {
@@ -115,11 +123,10 @@ unsafe fn group_sums(group: impl Fn(usize) -> (__m512i, *const u8)) -> __m512 {
             unpack64(unpack32(v[4], v[5]), unpack32(v[6], v[7])),
         ];
         // A half is two 128-bit lanes: (0, 1) the first, (2, 3) the second.
-        let sums = _mm512_add_epi32(
+        _mm512_add_epi32(
             _mm512_shuffle_i32x4::<0x88>(r[0], r[1]),
             _mm512_shuffle_i32x4::<0xdd>(r[0], r[1]),
-        );
-        _mm512_cvtepi32_ps(sums)
+        )
     }
 }
 
@@ -670,6 +677,7 @@ unsafe fn fork_block_batches<const FMA: bool, const BYTES: usize, const D0_AT: u
     // what the caller guarantees; this function's target features cover the helpers'.
     pipelined_one_site(
         batches,
+        0.0,
         |k| unsafe {
             let yb = yp.add(16 * k * Q8_BYTES);
             let s = group_sums(|g| {
@@ -685,42 +693,187 @@ unsafe fn fork_block_batches<const FMA: bool, const BYTES: usize, const D0_AT: u
         },
         // The four-step `sumi` runs here, after the next batch's vector work has been issued, not at the end of
         // its own batch's work (PQ2_0 measured 3 % faster so; `docs/PERFORMANCE.md`).
-        |mut sumf, (s, d1, d0): (__m512, __m512, __m128)| unsafe {
-            // Quarter k of the four blocks is 128-bit lane k.
-            let q = |v: __m512| {
-                (
-                    _mm512_castps512_ps128(v),
-                    _mm512_extractf32x4_ps::<1>(v),
-                    _mm512_extractf32x4_ps::<2>(v),
-                    _mm512_extractf32x4_ps::<3>(v),
-                )
-            };
-            let (s0, s1, s2, s3) = q(s);
-            let (e0, e1, e2, e3) = q(d1);
-            let sumi = if FMA {
-                let acc = _mm_fmadd_ps(e0, s0, _mm_setzero_ps());
-                let acc = _mm_fmadd_ps(e1, s1, acc);
-                let acc = _mm_fmadd_ps(e2, s2, acc);
-                _mm_fmadd_ps(e3, s3, acc)
-            } else {
-                let acc = _mm_add_ps(_mm_setzero_ps(), _mm_mul_ps(e0, s0));
-                let acc = _mm_add_ps(acc, _mm_mul_ps(e1, s1));
-                let acc = _mm_add_ps(acc, _mm_mul_ps(e2, s2));
-                _mm_add_ps(acc, _mm_mul_ps(e3, s3))
-            };
-            let (mut d0s, mut sums) = ([0f32; 4], [0f32; 4]);
-            _mm_storeu_ps(d0s.as_mut_ptr(), d0);
-            _mm_storeu_ps(sums.as_mut_ptr(), sumi);
-            for p in 0..4 {
-                sumf = if FMA {
-                    d0s[p].mul_add(sums[p], sumf)
-                } else {
-                    sumf + d0s[p] * sums[p]
-                };
-            }
-            sumf
+        |sumf, (s, d1, d0): (__m512, __m512, __m128)| unsafe {
+            fork_chain_step::<FMA>(sumf, s, d1, d0)
         },
     )
+}
+
+/// One batch of the fork formats' float chain, in the fork's order: each of the four blocks' `sumi` over its
+/// four quarters (`sumi += d1·isum`, the blocks side by side in one 128-bit vector, quarter `k` in 128-bit lane
+/// `k` of `s` and `d1`), then `sumf += d0·sumi` block by block. `FMA` fuses both as the FMA build does.
+#[inline(always)]
+unsafe fn fork_chain_step<const FMA: bool>(
+    mut sumf: f32,
+    s: __m512,
+    d1: __m512,
+    d0: __m128,
+) -> f32 {
+    // SAFETY (whole body): register operations and stores to locals; features come from the calling kernel.
+    unsafe {
+        let q = |v: __m512| {
+            (
+                _mm512_castps512_ps128(v),
+                _mm512_extractf32x4_ps::<1>(v),
+                _mm512_extractf32x4_ps::<2>(v),
+                _mm512_extractf32x4_ps::<3>(v),
+            )
+        };
+        let (s0, s1, s2, s3) = q(s);
+        let (e0, e1, e2, e3) = q(d1);
+        let sumi = if FMA {
+            let acc = _mm_fmadd_ps(e0, s0, _mm_setzero_ps());
+            let acc = _mm_fmadd_ps(e1, s1, acc);
+            let acc = _mm_fmadd_ps(e2, s2, acc);
+            _mm_fmadd_ps(e3, s3, acc)
+        } else {
+            let acc = _mm_add_ps(_mm_setzero_ps(), _mm_mul_ps(e0, s0));
+            let acc = _mm_add_ps(acc, _mm_mul_ps(e1, s1));
+            let acc = _mm_add_ps(acc, _mm_mul_ps(e2, s2));
+            _mm_add_ps(acc, _mm_mul_ps(e3, s3))
+        };
+        let (mut d0s, mut sums) = ([0f32; 4], [0f32; 4]);
+        _mm_storeu_ps(d0s.as_mut_ptr(), d0);
+        _mm_storeu_ps(sums.as_mut_ptr(), sumi);
+        for p in 0..4 {
+            sumf = if FMA {
+                d0s[p].mul_add(sums[p], sumf)
+            } else {
+                sumf + d0s[p] * sums[p]
+            };
+        }
+        sumf
+    }
+}
+
+/// The fork formats' tile kernel: `R` rows (pointers to their first block, `BYTES`-byte blocks with the f16
+/// scale at `D0_AT`) against one prepared column (`tiles::ForkColumnBatch`), returning each row's running sum
+/// after every batch. Per row and batch: the eight groups' weight bytes (`weights(block, half)`, 0..=3 or
+/// 0..=2) against the prepared quants by one `vpdpbusd` each (the column's `Σ q` is subtracted once per batch,
+/// where `vec_dot` spends a second `vpdpbusd` per group), `vec_dot`'s reduction and lane order, then its chain
+/// (`fork_chain_step`) with the column's scales; the rows' chains interleaved and issued a batch late
+/// (`pipelined_one_site`). Integer sums are exact in any order, so every element has `vec_dot`'s bits.
+///
+/// # Safety
+/// The CPU must have the features below; each row pointer addresses `4·col.len()` blocks.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn fork_tile_rows<
+    const FMA: bool,
+    const R: usize,
+    const BYTES: usize,
+    const D0_AT: usize,
+>(
+    rows: [*const u8; R],
+    col: &[ForkColumnBatch],
+    weights: impl Fn(*const u8, usize) -> __m512i,
+) -> [f32; R] {
+    pipelined_one_site(
+        col.len(),
+        [0f32; R],
+        // SAFETY: batch k < col.len() covers blocks 4k..4k+4 of every row, inside what the caller guarantees;
+        // the column's arrays are 64-byte aligned (`repr(align(64))`); this function enables the features.
+        |k| unsafe {
+            let c = &col[k];
+            let qsum = _mm512_load_si512(c.qsum.as_ptr() as *const _);
+            let terms: [(__m512, __m128); R] = std::array::from_fn(|r| {
+                let xb = rows[r].add(4 * k * BYTES);
+                let v: [__m512i; 8] = std::array::from_fn(|g| {
+                    let (p, h) = (g % 4, g / 4);
+                    _mm512_dpbusd_epi32(
+                        _mm512_setzero_si512(),
+                        weights(xb.add(p * BYTES), h),
+                        _mm512_load_si512(c.q[g].as_ptr() as *const _),
+                    )
+                });
+                let s = _mm512_sub_epi32(reduce_group_partials(v), qsum);
+                (
+                    _mm512_cvtepi32_ps(s),
+                    batch_block_scales::<BYTES, D0_AT>(xb),
+                )
+            });
+            (terms, _mm512_load_ps(c.d1.as_ptr()))
+        },
+        |mut sums: [f32; R], (terms, d1): ([(__m512, __m128); R], __m512)| {
+            for (sum, (s, d0)) in sums.iter_mut().zip(terms) {
+                // SAFETY: register operations; this function enables the features.
+                *sum = unsafe { fork_chain_step::<FMA>(*sum, s, d1, d0) };
+            }
+            sums
+        },
+    )
+}
+
+/// PTQ1_0 rows through `fork_tile_rows` (`ptq1_half_trits` per half).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn ptq1_tile_rows<const FMA: bool, const R: usize>(
+    rows: [*const u8; R],
+    col: &[ForkColumnBatch],
+) -> [f32; R] {
+    // SAFETY: the caller's contract, passed on; each block is whole, as `ptq1_half_trits` needs.
+    unsafe {
+        fork_tile_rows::<FMA, R, PTQ1_BYTES, PTQ1_D0_AT>(rows, col, |b, h| ptq1_half_trits(b, h))
+    }
+}
+
+/// PQ2_0 rows through `fork_tile_rows` (the Q2_0 code expansion of each half's 16 code bytes).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn pq2_tile_rows<const FMA: bool, const R: usize>(
+    rows: [*const u8; R],
+    col: &[ForkColumnBatch],
+) -> [f32; R] {
+    // SAFETY: the caller's contract, passed on; a half's code bytes are inside its block.
+    unsafe {
+        fork_tile_rows::<FMA, R, PQ2_BYTES, 0>(rows, col, |b, h| q2_group_codes(b.add(2 + 16 * h)))
+    }
+}
+
+/// `W · Y` for PTQ1_0 weights against q8_0 columns, every element with the bits of
+/// `vec_dot_ptq1_0_q8_0::<FMA>`: the fork tile driver (`tiles::mul_mat_fork_tiles`) over `ptq1_tile_rows`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.nb() >= 4 * x.nb()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn mul_mat_ptq1_0_q8_0<const FMA: bool>(
+    x: Rows<'_, BlockPTQ1_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    // SAFETY: the caller's contract covers the kernels' features.
+    unsafe {
+        mul_mat_fork_tiles(
+            x,
+            y,
+            emit,
+            ptq1_tile_rows::<FMA, 4>,
+            ptq1_tile_rows::<FMA, 1>,
+            vec_dot_ptq1_0_q8_0_from::<FMA>,
+        )
+    }
+}
+
+/// `W · Y` for PQ2_0 weights against q8_0 columns, every element with the bits of `vec_dot_pq2_0_q8_0::<FMA>`:
+/// the fork tile driver (`tiles::mul_mat_fork_tiles`) over `pq2_tile_rows`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.nb() >= 4 * x.nb()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn mul_mat_pq2_0_q8_0<const FMA: bool>(
+    x: Rows<'_, BlockPQ2_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    // SAFETY: the caller's contract covers the kernels' features.
+    unsafe {
+        mul_mat_fork_tiles(
+            x,
+            y,
+            emit,
+            pq2_tile_rows::<FMA, 4>,
+            pq2_tile_rows::<FMA, 1>,
+            vec_dot_pq2_0_q8_0_from::<FMA>,
+        )
+    }
 }
 
 /// An f16 at `p` as eight equal floats: its bits index `F16_TO_F32_TABLE`, and the broadcast reads memory (load
