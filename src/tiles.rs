@@ -10,9 +10,11 @@
 //!
 //! Q1_0 (haswell order) has its own, simpler driver (`mul_mat_q1_0_tiles`): its stock chain is eight float lanes
 //! per element with no block batches, and its prepared column turns each row's sign application into one
-//! `vpdpbusd` (`Q1ColumnBlock`).
+//! `vpdpbusd` (`Q1ColumnBlock`). The PrismML fork's PQ2_0 and PTQ1_0 share a third (`mul_mat_fork_tiles`), whose
+//! prepared column is the vec_dot driver's view of the activation made once (`ForkColumnBatch`).
 //!
-//! Used by the C API (`ggml_lowbit_mul_mat_q2_0_q8_0`) and by the preloaded `mul_mat` hook (`hook.rs`).
+//! Used by the C API (`ggml_lowbit_mul_mat_{q2_0,q1_0,pq2_0,ptq1_0}_q8_0`) and, for Q2_0 and Q1_0, by the
+//! preloaded `mul_mat` hook (`hook.rs`) and the patched build.
 
 use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
@@ -406,24 +408,26 @@ pub(crate) fn fork_prepare_column(y: &[BlockQ8_0], out: &mut Vec<ForkColumnBatch
 }
 
 /// An instruction set's fork-format row kernel: the running sums of `R` rows (pointers to their first block)
-/// after every batch of a prepared column.
-pub(crate) type ForkTileRows<const R: usize> =
-    unsafe fn([*const u8; R], &[ForkColumnBatch]) -> [f32; R];
+/// against `C` prepared columns of equal length, after every batch.
+pub(crate) type ForkTileRows<const R: usize, const C: usize> =
+    unsafe fn([*const u8; R], [&[ForkColumnBatch]; C]) -> [[f32; R]; C];
 
 /// `W · Y` for a fork format (PQ2_0, PTQ1_0: 128-weight blocks, four q8_0 blocks each): columns prepared in
-/// chunks that stay in L2, the rows four at a time in long streams against each column, tail rows one at a
-/// time, and each row's blocks past the last full batch through the format's scalar chain (`finish`, its
-/// `vec_dot_*_from`), so every element has the bits of that format's `vec_dot` in the same float order.
+/// chunks that stay in L2, the rows four at a time in long streams against each pair of columns (prefill: each
+/// row's weights decoded once for both) and a last single column, tail rows one at a time, and each row's
+/// blocks past the last full batch through the format's scalar chain (`finish`, its `vec_dot_*_from`), so every
+/// element has the bits of that format's `vec_dot` in the same float order.
 ///
 /// # Safety
-/// `rows4` and `rows1` must be safe to call on this CPU and read `BYTES`-byte blocks of `B`;
+/// `rows4`, `rows1` and `rows4x2` must be safe to call on this CPU and read blocks of `B`;
 /// `y.nb() >= 4 * x.nb()`.
 pub(crate) unsafe fn mul_mat_fork_tiles<B>(
     x: Rows<'_, B>,
     y: Rows<'_, BlockQ8_0>,
     emit: Emit<'_>,
-    rows4: ForkTileRows<TILE_ROWS>,
-    rows1: ForkTileRows<1>,
+    rows4: ForkTileRows<TILE_ROWS, 1>,
+    rows1: ForkTileRows<1, 1>,
+    rows4x2: ForkTileRows<TILE_ROWS, 2>,
     finish: fn(f32, &[B], &[BlockQ8_0]) -> f32,
 ) {
     thread_local! {
@@ -445,10 +449,22 @@ pub(crate) unsafe fn mul_mat_fork_tiles<B>(
             let (tail, steps) = tile_steps(x.rows());
             for rows in steps {
                 let ptrs = rows.map(|r| x.row(r).as_ptr() as *const u8);
-                for c in c0..c1 {
+                let mut c = c0;
+                while c + 2 <= c1 {
+                    let pair = [&prepared[c - c0][..], &prepared[c + 1 - c0][..]];
+                    // SAFETY: as below, for both columns.
+                    let sums = unsafe { rows4x2(ptrs, pair) };
+                    for (j, col) in sums.into_iter().enumerate() {
+                        for (r, s) in rows.into_iter().zip(col) {
+                            finish(emit, r, c + j, s);
+                        }
+                    }
+                    c += 2;
+                }
+                for c in c..c1 {
                     // SAFETY: the rows exist and hold nb ≥ 4·prepared.len() blocks each; the caller vouches
                     // for the CPU.
-                    let sums = unsafe { rows4(ptrs, &prepared[c - c0]) };
+                    let [sums] = unsafe { rows4(ptrs, [&prepared[c - c0]]) };
                     for (r, s) in rows.into_iter().zip(sums) {
                         finish(emit, r, c, s);
                     }
@@ -457,9 +473,9 @@ pub(crate) unsafe fn mul_mat_fork_tiles<B>(
             for r in tail..x.rows() {
                 for c in c0..c1 {
                     // SAFETY: as above.
-                    let sums =
-                        unsafe { rows1([x.row(r).as_ptr() as *const u8], &prepared[c - c0]) };
-                    finish(emit, r, c, sums[0]);
+                    let [[sum]] =
+                        unsafe { rows1([x.row(r).as_ptr() as *const u8], [&prepared[c - c0]]) };
+                    finish(emit, r, c, sum);
                 }
             }
         });

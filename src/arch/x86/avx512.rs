@@ -747,57 +747,66 @@ unsafe fn fork_chain_step<const FMA: bool>(
 }
 
 /// The fork formats' tile kernel: `R` rows (pointers to their first block, `BYTES`-byte blocks with the f16
-/// scale at `D0_AT`) against one prepared column (`tiles::ForkColumnBatch`), returning each row's running sum
-/// after every batch. Per row and batch: the eight groups' weight bytes (`weights(block, half)`, 0..=3 or
-/// 0..=2) against the prepared quants by one `vpdpbusd` each (the column's `Σ q` is subtracted once per batch,
-/// where `vec_dot` spends a second `vpdpbusd` per group), `vec_dot`'s reduction and lane order, then its chain
-/// (`fork_chain_step`) with the column's scales; the rows' chains interleaved and issued a batch late
-/// (`pipelined_one_site`). Integer sums are exact in any order, so every element has `vec_dot`'s bits.
+/// scale at `D0_AT`) against `C` prepared columns of equal length (`tiles::ForkColumnBatch`), returning each
+/// element's running sum after every batch. Per row and batch: the eight groups' weight bytes
+/// (`weights(block, half)`, 0..=3 or 0..=2), decoded once for all columns, against each column's prepared
+/// quants by one `vpdpbusd` each (the column's `Σ q` is subtracted once per batch, where `vec_dot` spends a
+/// second `vpdpbusd` per group), `vec_dot`'s reduction and lane order, then its chain (`fork_chain_step`) with
+/// the column's scales; the `R·C` chains interleaved and issued a batch late (`pipelined_one_site`). Integer sums
+/// are exact in any order, so every element has `vec_dot`'s bits.
 ///
 /// # Safety
-/// The CPU must have the features below; each row pointer addresses `4·col.len()` blocks.
+/// The CPU must have the features below; each row pointer addresses `4·cols[j].len()` blocks.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 unsafe fn fork_tile_rows<
     const FMA: bool,
     const R: usize,
+    const C: usize,
     const BYTES: usize,
     const D0_AT: usize,
 >(
     rows: [*const u8; R],
-    col: &[ForkColumnBatch],
+    cols: [&[ForkColumnBatch]; C],
     weights: impl Fn(*const u8, usize) -> __m512i,
-) -> [f32; R] {
+) -> [[f32; R]; C] {
+    type Batch<const R: usize, const C: usize> = ([[__m512; R]; C], [__m128; R], [__m512; C]);
     pipelined_one_site(
-        col.len(),
-        [0f32; R],
-        // SAFETY: batch k < col.len() covers blocks 4k..4k+4 of every row, inside what the caller guarantees;
-        // the column's arrays are 64-byte aligned (`repr(align(64))`); this function enables the features.
+        cols[0].len(),
+        [[0f32; R]; C],
+        // SAFETY: batch k < cols[j].len() covers blocks 4k..4k+4 of every row, inside what the caller
+        // guarantees; the columns' arrays are 64-byte aligned (`repr(align(64))`); this function enables the
+        // features.
         |k| unsafe {
-            let c = &col[k];
-            let qsum = _mm512_load_si512(c.qsum.as_ptr() as *const _);
-            let terms: [(__m512, __m128); R] = std::array::from_fn(|r| {
+            let c: [&ForkColumnBatch; C] = std::array::from_fn(|j| &cols[j][k]);
+            let mut s = [[_mm512_setzero_ps(); R]; C];
+            let d0: [__m128; R] = std::array::from_fn(|r| {
                 let xb = rows[r].add(4 * k * BYTES);
-                let v: [__m512i; 8] = std::array::from_fn(|g| {
-                    let (p, h) = (g % 4, g / 4);
-                    _mm512_dpbusd_epi32(
-                        _mm512_setzero_si512(),
-                        weights(xb.add(p * BYTES), h),
-                        _mm512_load_si512(c.q[g].as_ptr() as *const _),
-                    )
-                });
-                let s = _mm512_sub_epi32(reduce_group_partials(v), qsum);
-                (
-                    _mm512_cvtepi32_ps(s),
-                    batch_block_scales::<BYTES, D0_AT>(xb),
-                )
+                let w: [__m512i; 8] =
+                    std::array::from_fn(|g| weights(xb.add((g % 4) * BYTES), g / 4));
+                for j in 0..C {
+                    let v: [__m512i; 8] = std::array::from_fn(|g| {
+                        _mm512_dpbusd_epi32(
+                            _mm512_setzero_si512(),
+                            w[g],
+                            _mm512_load_si512(c[j].q[g].as_ptr() as *const _),
+                        )
+                    });
+                    let qsum = _mm512_load_si512(c[j].qsum.as_ptr() as *const _);
+                    s[j][r] = _mm512_cvtepi32_ps(_mm512_sub_epi32(reduce_group_partials(v), qsum));
+                }
+                batch_block_scales::<BYTES, D0_AT>(xb)
             });
-            (terms, _mm512_load_ps(c.d1.as_ptr()))
+            let d1: [__m512; C] = std::array::from_fn(|j| _mm512_load_ps(c[j].d1.as_ptr()));
+            (s, d0, d1)
         },
-        |mut sums: [f32; R], (terms, d1): ([(__m512, __m128); R], __m512)| {
-            for (sum, (s, d0)) in sums.iter_mut().zip(terms) {
-                // SAFETY: register operations; this function enables the features.
-                *sum = unsafe { fork_chain_step::<FMA>(*sum, s, d1, d0) };
+        |mut sums: [[f32; R]; C], (s, d0, d1): Batch<R, C>| {
+            for j in 0..C {
+                for r in 0..R {
+                    // SAFETY: register operations; this function enables the features.
+                    sums[j][r] =
+                        unsafe { fork_chain_step::<FMA>(sums[j][r], s[j][r], d1[j], d0[r]) };
+                }
             }
             sums
         },
@@ -806,25 +815,29 @@ unsafe fn fork_tile_rows<
 
 /// PTQ1_0 rows through `fork_tile_rows` (`ptq1_half_trits` per half).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn ptq1_tile_rows<const FMA: bool, const R: usize>(
+unsafe fn ptq1_tile_rows<const FMA: bool, const R: usize, const C: usize>(
     rows: [*const u8; R],
-    col: &[ForkColumnBatch],
-) -> [f32; R] {
+    cols: [&[ForkColumnBatch]; C],
+) -> [[f32; R]; C] {
     // SAFETY: the caller's contract, passed on; each block is whole, as `ptq1_half_trits` needs.
     unsafe {
-        fork_tile_rows::<FMA, R, PTQ1_BYTES, PTQ1_D0_AT>(rows, col, |b, h| ptq1_half_trits(b, h))
+        fork_tile_rows::<FMA, R, C, PTQ1_BYTES, PTQ1_D0_AT>(rows, cols, |b, h| {
+            ptq1_half_trits(b, h)
+        })
     }
 }
 
 /// PQ2_0 rows through `fork_tile_rows` (the Q2_0 code expansion of each half's 16 code bytes).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn pq2_tile_rows<const FMA: bool, const R: usize>(
+unsafe fn pq2_tile_rows<const FMA: bool, const R: usize, const C: usize>(
     rows: [*const u8; R],
-    col: &[ForkColumnBatch],
-) -> [f32; R] {
+    cols: [&[ForkColumnBatch]; C],
+) -> [[f32; R]; C] {
     // SAFETY: the caller's contract, passed on; a half's code bytes are inside its block.
     unsafe {
-        fork_tile_rows::<FMA, R, PQ2_BYTES, 0>(rows, col, |b, h| q2_group_codes(b.add(2 + 16 * h)))
+        fork_tile_rows::<FMA, R, C, PQ2_BYTES, 0>(rows, cols, |b, h| {
+            q2_group_codes(b.add(2 + 16 * h))
+        })
     }
 }
 
@@ -845,8 +858,9 @@ pub unsafe fn mul_mat_ptq1_0_q8_0<const FMA: bool>(
             x,
             y,
             emit,
-            ptq1_tile_rows::<FMA, 4>,
-            ptq1_tile_rows::<FMA, 1>,
+            ptq1_tile_rows::<FMA, 4, 1>,
+            ptq1_tile_rows::<FMA, 1, 1>,
+            ptq1_tile_rows::<FMA, 4, 2>,
             vec_dot_ptq1_0_q8_0_from::<FMA>,
         )
     }
@@ -869,8 +883,9 @@ pub unsafe fn mul_mat_pq2_0_q8_0<const FMA: bool>(
             x,
             y,
             emit,
-            pq2_tile_rows::<FMA, 4>,
-            pq2_tile_rows::<FMA, 1>,
+            pq2_tile_rows::<FMA, 4, 1>,
+            pq2_tile_rows::<FMA, 1, 1>,
+            pq2_tile_rows::<FMA, 4, 2>,
             vec_dot_pq2_0_q8_0_from::<FMA>,
         )
     }
