@@ -191,40 +191,18 @@ pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
             unsafe { prepare(&y.row(c)[..2 * done], out) }
         };
         for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
-            let (tail, steps) = tile_steps(x.rows());
-            for rows in steps {
-                let ptrs = rows.map(|r| x.row(r).as_ptr() as *const u8);
-                let mut c = c0;
-                // Column pairs where the instruction set has a two-column kernel, then single columns.
-                if let Some(rows4x2) = rows4x2 {
-                    while c + 2 <= c1 {
-                        let pair = [&prepared[c - c0][..], &prepared[c + 1 - c0][..]];
-                        // SAFETY: as below, for both columns.
-                        let sums = unsafe { rows4x2(ptrs, pair) };
-                        for (j, col) in sums.into_iter().enumerate() {
-                            for (r, s) in rows.into_iter().zip(col) {
-                                finish(emit, r, c + j, s);
-                            }
-                        }
-                        c += 2;
-                    }
-                }
-                for c in c..c1 {
-                    // SAFETY: the rows exist and hold nb ≥ 8·prepared.len() blocks each; the CPU as above.
-                    let sums = unsafe { rows4(ptrs, &prepared[c - c0]) };
-                    for (r, s) in rows.into_iter().zip(sums) {
-                        finish(emit, r, c, s);
-                    }
-                }
-            }
-            for r in tail..x.rows() {
-                for c in c0..c1 {
-                    // SAFETY: as above.
-                    let sums =
-                        unsafe { rows1([x.row(r).as_ptr() as *const u8], &prepared[c - c0]) };
-                    finish(emit, r, c, sums[0]);
-                }
-            }
+            // SAFETY (the three kernels): the rows exist and hold nb ≥ 8·prepared.len() blocks each; the
+            // caller vouches for the CPU.
+            let pair = rows4x2.map(|k| move |p, c: [&[Q2ColumnBatch]; 2]| unsafe { k(p, c) });
+            run_rows(
+                &x,
+                (c0, c1),
+                prepared,
+                pair.as_ref().map(|k| k as PairKernel<'_, _, _>),
+                |p, c| unsafe { rows4(p, c) },
+                |p, c| unsafe { rows1([p], c)[0] },
+                |r, c, sumf| finish(emit, r, c, sumf),
+            );
         });
     });
 }
@@ -250,6 +228,51 @@ fn for_each_column_chunk<P>(
         }
         body(c0, c1, &prepared[..c1 - c0]);
         c0 = c1;
+    }
+}
+
+/// A two-column row kernel as `run_rows` calls it.
+type PairKernel<'k, P, T> = &'k dyn Fn([*const u8; TILE_ROWS], [&[P]; 2]) -> [[T; TILE_ROWS]; 2];
+
+/// Rows against one chunk of prepared columns `c0..c1` (column `c` at `prepared[c − c0]`), as every driver runs
+/// them: tile steps of four rows (`tile_steps`) against column pairs where the instruction set has a two-column
+/// kernel (`pair`; prefill, each row's weights decoded once for both), then single columns (`four`), then the
+/// tail rows one at a time (`one`); `done(r, c, v)` finishes element (r, c) from its kernel's value.
+fn run_rows<B, P, T>(
+    x: &Rows<'_, B>,
+    (c0, c1): (usize, usize),
+    prepared: &[Vec<P>],
+    pair: Option<PairKernel<'_, P, T>>,
+    four: impl Fn([*const u8; TILE_ROWS], &[P]) -> [T; TILE_ROWS],
+    one: impl Fn(*const u8, &[P]) -> T,
+    mut done: impl FnMut(usize, usize, T),
+) {
+    let row = |r: usize| x.row(r).as_ptr() as *const u8;
+    let (tail, steps) = tile_steps(x.rows());
+    for rows in steps {
+        let ptrs = rows.map(row);
+        let mut c = c0;
+        if let Some(pair) = pair {
+            while c + 2 <= c1 {
+                let values = pair(ptrs, [&prepared[c - c0][..], &prepared[c + 1 - c0][..]]);
+                for (j, col) in values.into_iter().enumerate() {
+                    for (r, v) in rows.into_iter().zip(col) {
+                        done(r, c + j, v);
+                    }
+                }
+                c += 2;
+            }
+        }
+        for c in c..c1 {
+            for (r, v) in rows.into_iter().zip(four(ptrs, &prepared[c - c0])) {
+                done(r, c, v);
+            }
+        }
+    }
+    for r in tail..x.rows() {
+        for c in c0..c1 {
+            done(r, c, one(row(r), &prepared[c - c0]));
+        }
     }
 }
 
@@ -330,39 +353,17 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
         let prepare =
             |c: usize, out: &mut Vec<Q1ColumnBlock>| q1_prepare_column(&y.row(c)[..4 * nb], out);
         for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
-            let (tail, steps) = tile_steps(x.rows());
-            for rows in steps {
-                let ptrs = rows.map(|r| x.row(r).as_ptr() as *const u8);
-                let mut c = c0;
-                // Column pairs (prefill: each row's sign bytes expanded once for both), then a single column.
-                while c + 2 <= c1 {
-                    let pair = [&prepared[c - c0][..], &prepared[c + 1 - c0][..]];
-                    // SAFETY: as below, for both columns.
-                    let lanes = unsafe { rows4x2(ptrs, pair) };
-                    for (j, col) in lanes.into_iter().enumerate() {
-                        for (r, l) in rows.into_iter().zip(col) {
-                            emit(r, c + j, q1_0::hsum_float_8(l));
-                        }
-                    }
-                    c += 2;
-                }
-                for c in c..c1 {
-                    // SAFETY: each row holds `nb` blocks, the prepared column `nb` entries; the caller vouches
-                    // for the CPU.
-                    let [lanes] = unsafe { rows4(ptrs, [&prepared[c - c0]]) };
-                    for (r, l) in rows.into_iter().zip(lanes) {
-                        emit(r, c, q1_0::hsum_float_8(l));
-                    }
-                }
-            }
-            for r in tail..x.rows() {
-                for c in c0..c1 {
-                    // SAFETY: as above.
-                    let [[lanes]] =
-                        unsafe { rows1([x.row(r).as_ptr() as *const u8], [&prepared[c - c0]]) };
-                    emit(r, c, q1_0::hsum_float_8(lanes));
-                }
-            }
+            // SAFETY (the three kernels): each row holds `nb` blocks, each prepared column `nb` entries; the
+            // caller vouches for the CPU.
+            run_rows(
+                &x,
+                (c0, c1),
+                prepared,
+                Some(&|p, [c, d]| unsafe { rows4x2(p, [c, d]) }),
+                |p, c| unsafe { rows4(p, [c])[0] },
+                |p, c| unsafe { rows1([p], [c])[0][0] },
+                |r, c, lanes| emit(r, c, q1_0::hsum_float_8(lanes)),
+            );
         });
     });
 }
@@ -446,38 +447,17 @@ pub(crate) unsafe fn mul_mat_fork_tiles<B>(
             fork_prepare_column(&y.row(c)[..4 * done], out)
         };
         for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
-            let (tail, steps) = tile_steps(x.rows());
-            for rows in steps {
-                let ptrs = rows.map(|r| x.row(r).as_ptr() as *const u8);
-                let mut c = c0;
-                while c + 2 <= c1 {
-                    let pair = [&prepared[c - c0][..], &prepared[c + 1 - c0][..]];
-                    // SAFETY: as below, for both columns.
-                    let sums = unsafe { rows4x2(ptrs, pair) };
-                    for (j, col) in sums.into_iter().enumerate() {
-                        for (r, s) in rows.into_iter().zip(col) {
-                            finish(emit, r, c + j, s);
-                        }
-                    }
-                    c += 2;
-                }
-                for c in c..c1 {
-                    // SAFETY: the rows exist and hold nb ≥ 4·prepared.len() blocks each; the caller vouches
-                    // for the CPU.
-                    let [sums] = unsafe { rows4(ptrs, [&prepared[c - c0]]) };
-                    for (r, s) in rows.into_iter().zip(sums) {
-                        finish(emit, r, c, s);
-                    }
-                }
-            }
-            for r in tail..x.rows() {
-                for c in c0..c1 {
-                    // SAFETY: as above.
-                    let [[sum]] =
-                        unsafe { rows1([x.row(r).as_ptr() as *const u8], [&prepared[c - c0]]) };
-                    finish(emit, r, c, sum);
-                }
-            }
+            // SAFETY (the three kernels): the rows exist and hold nb ≥ 4·prepared.len() blocks each; the
+            // caller vouches for the CPU.
+            run_rows(
+                &x,
+                (c0, c1),
+                prepared,
+                Some(&|p, [c, d]| unsafe { rows4x2(p, [c, d]) }),
+                |p, c| unsafe { rows4(p, [c])[0] },
+                |p, c| unsafe { rows1([p], [c])[0][0] },
+                |r, c, sumf| finish(emit, r, c, sumf),
+            );
         });
     });
 }
