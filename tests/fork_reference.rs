@@ -21,6 +21,13 @@ enum Format {
 }
 
 impl Format {
+    fn name(self) -> &'static str {
+        match self {
+            Format::Pq2_0 => "pq2_0",
+            Format::Ptq1_0 => "ptq1_0",
+        }
+    }
+
     fn block_bytes(self) -> usize {
         match self {
             Format::Pq2_0 => 34,
@@ -51,6 +58,31 @@ impl Format {
     }
 }
 
+/// An ordinary f16 scale from `base`, or one time in 40 a special one (±0, subnormal, ±65504, ±Inf, NaN).
+fn test_scale(rng: &mut SmallRng, base: u16) -> u16 {
+    const SPECIALS: [u16; 10] = [
+        0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
+    ];
+    if rng.gen_ratio(1, 40) {
+        SPECIALS[rng.gen_range(0..SPECIALS.len())]
+    } else {
+        base + rng.gen_range(0..0x1400)
+    }
+}
+
+/// Whether `got` and `want` are two NaNs; panics with `context()` unless they have the same bits or are.
+fn nan_pair(got: f32, want: f32, context: impl Fn() -> String) -> bool {
+    if got.to_bits() == want.to_bits() {
+        return false;
+    }
+    assert!(
+        got.is_nan() && want.is_nan(),
+        "{}: {got:e} vs {want:e}",
+        context()
+    );
+    true
+}
+
 fn call(f: VecDotFn, n: usize, x: &[u8], y: &[u8]) -> f32 {
     let mut s = 0f32;
     // SAFETY: the callers size x for n/128 blocks and y for n/32 q8_0 blocks; `s` is one float.
@@ -77,21 +109,11 @@ fn check(format: Format, order: FloatOrder, fma: bool) {
         .filter(|&i| i <= detected_isa())
         .map(|i| Kernels::new(i, order))
         .collect();
-    let specials = [
-        0x0000u16, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
-    ];
     let bb = format.block_bytes();
     let mut rng = SmallRng::seed_from_u64(if fma { 11 } else { 12 });
     let (mut cases, mut nan_pairs) = (0, 0);
     for case in 0..50_000usize {
         let nb = 1 + case % 12;
-        let scale = |rng: &mut SmallRng, base: u16| {
-            if rng.gen_ratio(1, 40) {
-                specials[rng.gen_range(0..specials.len())]
-            } else {
-                base + rng.gen_range(0..0x1400)
-            }
-        };
         let mut x = vec![0u8; nb * bb];
         for (b, blk) in x.chunks_exact_mut(bb).enumerate() {
             for (j, q) in blk.iter_mut().enumerate() {
@@ -101,11 +123,11 @@ fn check(format: Format, order: FloatOrder, fma: bool) {
                     _ => rng.gen(),
                 };
             }
-            blk[format.scale_at()].copy_from_slice(&scale(&mut rng, 0x2000).to_le_bytes());
+            blk[format.scale_at()].copy_from_slice(&test_scale(&mut rng, 0x2000).to_le_bytes());
         }
         let mut y = vec![0u8; 4 * nb * 34];
         for blk in y.chunks_exact_mut(34) {
-            blk[..2].copy_from_slice(&scale(&mut rng, 0x2800).to_le_bytes());
+            blk[..2].copy_from_slice(&test_scale(&mut rng, 0x2800).to_le_bytes());
             for q in &mut blk[2..] {
                 *q = if case % 7 == 0 { 0x80 } else { rng.gen() };
             }
@@ -113,13 +135,9 @@ fn check(format: Format, order: FloatOrder, fma: bool) {
         let want = call(reference, nb * 128, &x, &y);
         for k in &kernels {
             let got = format.ours(k, &x, &y);
-            if got.to_bits() != want.to_bits() {
-                assert!(
-                    got.is_nan() && want.is_nan(),
-                    "{:?} {} case {case}: {got:e} vs {want:e}",
-                    k.isa,
-                    order.name()
-                );
+            if nan_pair(got, want, || {
+                format!("{:?} {} case {case}", k.isa, order.name())
+            }) {
                 nan_pairs += 1;
             }
             cases += 1;
@@ -127,11 +145,7 @@ fn check(format: Format, order: FloatOrder, fma: bool) {
     }
     println!(
         "{} {} against C built with{} FMA: {cases} comparisons, {nan_pairs} NaN pairs",
-        if format == Format::Pq2_0 {
-            "pq2_0"
-        } else {
-            "ptq1_0"
-        },
+        format.name(),
         order.name(),
         if fma { "" } else { "out" }
     );
@@ -169,17 +183,6 @@ fn check_tiles(format: Format, order: FloatOrder, fma: bool) {
     let bb = format.block_bytes();
     let mut rng = SmallRng::seed_from_u64(if fma { 21 } else { 22 });
     let (mut elements, mut nan_pairs) = (0usize, 0usize);
-    // An ordinary f16 scale from `base`, or one time in 40 a special one (±0, subnormal, ±65504, ±Inf, NaN).
-    let scale = |rng: &mut SmallRng, base: u16| {
-        const SPECIALS: [u16; 10] = [
-            0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
-        ];
-        if rng.gen_ratio(1, 40) {
-            SPECIALS[rng.gen_range(0..SPECIALS.len())]
-        } else {
-            base + rng.gen_range(0..0x1400)
-        }
-    };
     for isa in Isa::ALL.into_iter().filter(|&i| i <= detected_isa()) {
         let k = Kernels::new(isa, order);
         let (mut case, start) = (0usize, elements);
@@ -192,13 +195,13 @@ fn check_tiles(format: Format, order: FloatOrder, fma: bool) {
                 if case % 5 == 0 {
                     blk.fill(0xff);
                 }
-                let d = scale(&mut rng, 0x2000);
+                let d = test_scale(&mut rng, 0x2000);
                 blk[format.scale_at()].copy_from_slice(&d.to_le_bytes());
             }
             let mut y = vec![0u8; cols * ys * 34];
             rng.fill(&mut y[..]);
             for (i, blk) in y.chunks_exact_mut(34).enumerate() {
-                blk[..2].copy_from_slice(&scale(&mut rng, 0x2800).to_le_bytes());
+                blk[..2].copy_from_slice(&test_scale(&mut rng, 0x2800).to_le_bytes());
                 if i % 11 == 0 {
                     blk[2..].fill(0x80);
                 }
@@ -225,13 +228,11 @@ fn check_tiles(format: Format, order: FloatOrder, fma: bool) {
                         &x[r * xs * bb..(r * xs + nb) * bb],
                         &y[c * ys * 34..(c * ys + 4 * nb) * 34],
                     );
-                    let v = got[c * rows + r];
-                    if v.to_bits() != want.to_bits() {
-                        assert!(
-                            v.is_nan() && want.is_nan(),
-                            "{isa:?} {} nb {nb} rows {rows} cols {cols}: ({r}, {c}) {v:e} vs {want:e}",
-                            order.name()
-                        );
+                    let context = || {
+                        let o = order.name();
+                        format!("{isa:?} {o} nb {nb} rows {rows} cols {cols}: ({r}, {c})")
+                    };
+                    if nan_pair(got[c * rows + r], want, context) {
                         nan_pairs += 1;
                     }
                     elements += 1;
@@ -242,11 +243,7 @@ fn check_tiles(format: Format, order: FloatOrder, fma: bool) {
     }
     println!(
         "{} tiles {} against C built with{} FMA: {elements} elements, {nan_pairs} NaN pairs",
-        if format == Format::Pq2_0 {
-            "pq2_0"
-        } else {
-            "ptq1_0"
-        },
+        format.name(),
         order.name(),
         if fma { "" } else { "out" }
     );
