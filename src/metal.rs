@@ -45,47 +45,35 @@ pub struct OurKernel {
 /// Our kernels. Q1_0/Q2_0/PQ2_0/PTQ1_0: 16 weights of each of nr0 rows a step (PTQ1_0 lanes take 15 or 19, 16 on
 /// average); IQ: one row's 32-weight sub-block.
 pub const OUR_KERNELS: [OurKernel; 8] = [
-    OurKernel {
-        format: "q1_0",
-        depth: 1,
-        weights_per_iteration: |nr0| nr0 * 16,
-    },
-    OurKernel {
-        format: "q2_0",
-        depth: 1,
-        weights_per_iteration: |nr0| nr0 * 16,
-    },
-    OurKernel {
-        format: "iq2_xxs",
-        depth: 2,
-        weights_per_iteration: |_| 32,
-    },
-    OurKernel {
-        format: "iq2_xs",
-        depth: 2,
-        weights_per_iteration: |_| 32,
-    },
-    OurKernel {
-        format: "iq2_s",
-        depth: 2,
-        weights_per_iteration: |_| 32,
-    },
-    OurKernel {
-        format: "iq3_s",
-        depth: 2,
-        weights_per_iteration: |_| 32,
-    },
-    OurKernel {
-        format: "pq2_0",
-        depth: 1,
-        weights_per_iteration: |nr0| nr0 * 16,
-    },
-    OurKernel {
-        format: "ptq1_0",
-        depth: 1,
-        weights_per_iteration: |nr0| nr0 * 16,
-    },
+    OurKernel::rows("q1_0"),
+    OurKernel::rows("q2_0"),
+    OurKernel::iq("iq2_xxs"),
+    OurKernel::iq("iq2_xs"),
+    OurKernel::iq("iq2_s"),
+    OurKernel::iq("iq3_s"),
+    OurKernel::rows("pq2_0"),
+    OurKernel::rows("ptq1_0"),
 ];
+
+impl OurKernel {
+    /// A kernel whose hot loop takes 16 weights of each of its `nr0` rows (loop depth 1).
+    const fn rows(format: &'static str) -> OurKernel {
+        OurKernel {
+            format,
+            depth: 1,
+            weights_per_iteration: |nr0| nr0 * 16,
+        }
+    }
+
+    /// An IQ kernel: one row's 32-weight sub-block per hot-loop iteration (loop depth 2).
+    const fn iq(format: &'static str) -> OurKernel {
+        OurKernel {
+            format,
+            depth: 2,
+            weights_per_iteration: |_| 32,
+        }
+    }
+}
 
 /// One kernel's counted work: ours, and stock's where the pinned tree has the kernel, per hot-loop iteration,
 /// with the weights an iteration covers.

@@ -70,6 +70,27 @@ fn test_scale(rng: &mut SmallRng, base: u16) -> u16 {
     }
 }
 
+/// Gives each `format` block of `x` a `test_scale` scale (ordinary ones around 0.002 to 0.02).
+fn set_weight_scales(format: Format, rng: &mut SmallRng, x: &mut [u8]) {
+    for blk in x.chunks_exact_mut(format.block_bytes()) {
+        blk[format.scale_at()].copy_from_slice(&test_scale(rng, 0x2000).to_le_bytes());
+    }
+}
+
+/// `n` q8_0 blocks: `test_scale` scales (ordinary ones around 0.03 to 0.3), random quants, all −128 in block
+/// `i` where `all_min(i)`.
+fn q8_0_blocks(rng: &mut SmallRng, n: usize, all_min: impl Fn(usize) -> bool) -> Vec<u8> {
+    let mut y = vec![0u8; n * 34];
+    rng.fill(&mut y[..]);
+    for (i, blk) in y.chunks_exact_mut(34).enumerate() {
+        blk[..2].copy_from_slice(&test_scale(rng, 0x2800).to_le_bytes());
+        if all_min(i) {
+            blk[2..].fill(0x80);
+        }
+    }
+    y
+}
+
 /// Whether `got` and `want` are two NaNs; panics with `context()` unless they have the same bits or are.
 fn nan_pair(got: f32, want: f32, context: impl Fn() -> String) -> bool {
     if got.to_bits() == want.to_bits() {
@@ -123,15 +144,9 @@ fn check(format: Format, order: FloatOrder, fma: bool) {
                     _ => rng.gen(),
                 };
             }
-            blk[format.scale_at()].copy_from_slice(&test_scale(&mut rng, 0x2000).to_le_bytes());
         }
-        let mut y = vec![0u8; 4 * nb * 34];
-        for blk in y.chunks_exact_mut(34) {
-            blk[..2].copy_from_slice(&test_scale(&mut rng, 0x2800).to_le_bytes());
-            for q in &mut blk[2..] {
-                *q = if case % 7 == 0 { 0x80 } else { rng.gen() };
-            }
-        }
+        set_weight_scales(format, &mut rng, &mut x);
+        let y = q8_0_blocks(&mut rng, 4 * nb, |_| case % 7 == 0);
         let want = call(reference, nb * 128, &x, &y);
         for k in &kernels {
             let got = format.ours(k, &x, &y);
@@ -190,22 +205,13 @@ fn check_tiles(format: Format, order: FloatOrder, fma: bool) {
             let (nb, rows, cols) = (1 + case % 13, 1 + case % 9, 1 + case % 4);
             let (xs, ys) = (nb + case % 2, 4 * nb + case % 3);
             let mut x = vec![0u8; rows * xs * bb];
-            rng.fill(&mut x[..]);
-            for blk in x.chunks_exact_mut(bb) {
-                if case % 5 == 0 {
-                    blk.fill(0xff);
-                }
-                let d = test_scale(&mut rng, 0x2000);
-                blk[format.scale_at()].copy_from_slice(&d.to_le_bytes());
+            if case % 5 == 0 {
+                x.fill(0xff);
+            } else {
+                rng.fill(&mut x[..]);
             }
-            let mut y = vec![0u8; cols * ys * 34];
-            rng.fill(&mut y[..]);
-            for (i, blk) in y.chunks_exact_mut(34).enumerate() {
-                blk[..2].copy_from_slice(&test_scale(&mut rng, 0x2800).to_le_bytes());
-                if i % 11 == 0 {
-                    blk[2..].fill(0x80);
-                }
-            }
+            set_weight_scales(format, &mut rng, &mut x);
+            let y = q8_0_blocks(&mut rng, cols * ys, |i| i % 11 == 0);
             let mut got = vec![f32::NAN; rows * cols];
             let mut emit = |r: usize, c: usize, v: f32| got[c * rows + r] = v;
             match format {
