@@ -120,10 +120,18 @@ pub struct Kernels {
 /// `docs/tq1_0.md`).
 const TQ1_0_AVX512_BEATS_HASWELL: bool = true;
 
-/// The SIMD decoder an IQ block type needs for its kernels: `avx512::IqDecode` on x86-64, nothing elsewhere
-/// (only the scalar models exist there).
+/// The SIMD decoders an IQ block type needs for its kernels: `avx512::IqDecode` and `avx2::IqChunkDecode` on
+/// x86-64, nothing elsewhere (only the scalar models exist there).
 #[cfg(target_arch = "x86_64")]
-pub use crate::arch::x86::avx512::IqDecode as IqKernelDecode;
+pub trait IqKernelDecode:
+    crate::arch::x86::avx512::IqDecode + crate::arch::x86::avx2::IqChunkDecode
+{
+}
+#[cfg(target_arch = "x86_64")]
+impl<T: crate::arch::x86::avx512::IqDecode + crate::arch::x86::avx2::IqChunkDecode> IqKernelDecode
+    for T
+{
+}
 #[cfg(not(target_arch = "x86_64"))]
 pub trait IqKernelDecode {}
 #[cfg(not(target_arch = "x86_64"))]
@@ -167,6 +175,17 @@ fn avx512_iq<B: IqFormat>(haswell: bool) -> IqDot<B> {
         avx512::vec_dot_iq_q8_k::<B, true>
     } else {
         avx512::vec_dot_iq_q8_k::<B, false>
+    }
+}
+
+/// The AVX2 IQ kernel of the order `haswell` says.
+#[cfg(target_arch = "x86_64")]
+fn avx2_iq<B: IqFormat>(haswell: bool) -> IqDot<B> {
+    use crate::arch::x86::avx2;
+    if haswell {
+        avx2::vec_dot_iq_q8_k::<B, true>
+    } else {
+        avx2::vec_dot_iq_q8_k::<B, false>
     }
 }
 
@@ -298,10 +317,24 @@ impl Kernels {
                         } else {
                             avx2_mul_mat_q1_0::<false>
                         },
-                        // No AVX2 kernels against q8_K (TQ1_0, TQ2_0, the IQ formats, the q8_K quantizer):
-                        // stock's haswell kernels are AVX2 already, so those stay the scalar models and the
-                        // library passes them to stock without AVX-512 (`serves_*_over_stock`).
-                        ..Kernels::scalar(order)
+                        // Against q8_K: stock's haswell kernels are AVX2 already, so these serve the x64
+                        // build only (`serves_*_over_stock`); the q8_K quantizer is scalar C in both builds.
+                        vec_dot_tq2_0_q8_k: if haswell {
+                            avx2::vec_dot_tq2_0_q8_k::<true>
+                        } else {
+                            avx2::vec_dot_tq2_0_q8_k::<false>
+                        },
+                        vec_dot_tq1_0_q8_k: if haswell {
+                            avx2::vec_dot_tq1_0_q8_k::<true>
+                        } else {
+                            avx2::vec_dot_tq1_0_q8_k::<false>
+                        },
+                        vec_dot_iq2_xxs_q8_k: avx2_iq(haswell),
+                        vec_dot_iq2_xs_q8_k: avx2_iq(haswell),
+                        vec_dot_iq2_s_q8_k: avx2_iq(haswell),
+                        vec_dot_iq3_xxs_q8_k: avx2_iq(haswell),
+                        vec_dot_iq3_s_q8_k: avx2_iq(haswell),
+                        quantize_row_q8_k: avx2::quantize_row_q8_k,
                     };
                 }
                 Isa::Scalar => {}
@@ -310,7 +343,7 @@ impl Kernels {
         Kernels::scalar(order)
     }
 
-    /// The scalar models of `order` (the table without SIMD, and the base of the AVX2 one).
+    /// The scalar models of `order` (the table without SIMD).
     fn scalar(order: FloatOrder) -> Kernels {
         let haswell = order == FloatOrder::Haswell;
         Kernels {
@@ -433,30 +466,37 @@ impl Kernels {
         unsafe { (self.vec_dot_tq2_0_q8_k)(x, y) }
     }
 
-    /// Whether this table's kernels for the q8_K side (`quantize_row_q8_K`) beat stock's: only the AVX-512
-    /// ones (stock's is scalar C; our scalar model is that C again).
+    /// Whether this table's kernels for the q8_K side (`quantize_row_q8_K`) beat stock's: the AVX2 and AVX-512
+    /// ones (stock's is scalar C in both builds; our scalar model is that C again).
     pub fn serves_q8_k_over_stock(&self) -> bool {
-        self.isa >= Isa::Avx512
+        self.isa >= Isa::Avx2
     }
 
-    /// Whether this table's kernel for IQ format `B` beats the stock one it would replace: only AVX-512
-    /// kernels (the scalar models are stock's x64 C again), against the x64 build's generic C always (9–14×),
-    /// against the haswell build's AVX2 kernels where it measured faster (`IqFormat::AVX512_BEATS_STOCK`,
+    /// Whether this table's q8_K dot products (TQ1_0, TQ2_0, the IQ formats) are SIMD kernels in front of the
+    /// x64 build's generic C, which any of them beats (`docs/PERFORMANCE.md`).
+    fn simd_over_generic_c(&self) -> bool {
+        self.isa >= Isa::Avx2 && self.order == FloatOrder::X64
+    }
+
+    /// Whether this table's kernel for IQ format `B` beats the stock one it would replace: against the x64
+    /// build's generic C the AVX2 and AVX-512 kernels always (the scalar models are that C again), against the
+    /// haswell build's AVX2 kernels only the AVX-512 ones that measured faster (`IqFormat::AVX512_BEATS_STOCK`,
     /// `docs/iq.md`). Elsewhere a preloaded library passes the format to stock.
     pub fn serves_iq_over_stock<B: IqFormat>(&self) -> bool {
-        self.isa >= Isa::Avx512 && (self.order == FloatOrder::X64 || B::AVX512_BEATS_STOCK)
+        self.simd_over_generic_c() || (self.isa >= Isa::Avx512 && B::AVX512_BEATS_STOCK)
     }
 
-    /// Whether this table's TQ1_0 kernel beats stock's: the AVX-512 one, against the x64 build's generic C
-    /// (9.7×) and the haswell build's AVX2 kernel (`TQ1_0_AVX512_BEATS_HASWELL`, `docs/tq1_0.md`).
+    /// Whether this table's TQ1_0 kernel beats stock's: the AVX2 and AVX-512 ones against the x64 build's
+    /// generic C, the AVX-512 one against the haswell build's AVX2 kernel (`TQ1_0_AVX512_BEATS_HASWELL`,
+    /// `docs/tq1_0.md`).
     pub fn serves_tq1_0_over_stock(&self) -> bool {
-        self.isa >= Isa::Avx512 && (self.order == FloatOrder::X64 || TQ1_0_AVX512_BEATS_HASWELL)
+        self.simd_over_generic_c() || (self.isa >= Isa::Avx512 && TQ1_0_AVX512_BEATS_HASWELL)
     }
 
-    /// Whether this table's TQ2_0 kernel beats stock's: the AVX-512 one against the x64 build's generic C
-    /// (13.7×); against the haswell build's AVX2 kernel none of ours did (`docs/tq2_0.md`).
+    /// Whether this table's TQ2_0 kernel beats stock's: the AVX2 and AVX-512 ones against the x64 build's
+    /// generic C; against the haswell build's AVX2 kernel none of ours did (`docs/tq2_0.md`).
     pub fn serves_tq2_0_over_stock(&self) -> bool {
-        self.isa >= Isa::Avx512 && self.order == FloatOrder::X64
+        self.simd_over_generic_c()
     }
 
     /// An IQ format against `x.len()` q8_K blocks, in the haswell build's eight-lane order or the x64 build's

@@ -190,10 +190,25 @@ fn tiny_iq2_s_model_gives_identical_text_and_perplexity_on_every_build() {
     tiny_model_is_identical_on_every_build("iq2_s", 22, "9", "1,7,8,33", true, &serve_all);
 }
 
-/// TQ1_0 (five base-3 digits per byte, q8_K activations; the hook leaves its products to ggml).
+/// TQ1_0 (five base-3 digits per byte, q8_K activations; the hook leaves its products to ggml), with the best
+/// instruction set and capped at AVX2 (whose kernels serve the x64 build; the haswell one passes to stock).
 #[test]
 fn tiny_tq1_0_model_gives_identical_text_and_perplexity_on_every_build() {
-    tiny_model_is_identical_on_every_build("tq1_0", 34, "9", "1,7,33", false, &[]);
+    for isa in ["avx512", "avx2"] {
+        let env = [("GGML_LOWBIT_ISA", isa)];
+        tiny_model_is_identical_on_every_build("tq1_0", 34, "9", "1,7,33", false, &env);
+    }
+}
+
+/// TQ2_0 (2-bit ternary codes, q8_K activations). Served in front of the x64 build, passed to stock haswell
+/// (ours is not faster there), so the runs set `GGML_LOWBIT_SERVE_ALL=1`: our kernels compute in every column;
+/// once with the best instruction set and once capped at AVX2 (the kernels a CPU without AVX-512 runs).
+#[test]
+fn tiny_tq2_0_model_gives_identical_text_and_perplexity_on_every_build() {
+    for isa in ["avx512", "avx2"] {
+        let env = [("GGML_LOWBIT_SERVE_ALL", "1"), ("GGML_LOWBIT_ISA", isa)];
+        tiny_model_is_identical_on_every_build("tq2_0", 35, "9", "1,7,33", false, &env);
+    }
 }
 
 /// The other IQ formats, served by default (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S): decode (micro-batch 1) and

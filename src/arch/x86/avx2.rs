@@ -10,11 +10,23 @@
 use std::arch::x86_64::*;
 
 use super::pipelined;
+use crate::formats::iq::{self, IqBlock};
+use crate::formats::iq2_s::BlockIQ2S;
+use crate::formats::iq2_xs::BlockIQ2XS;
+use crate::formats::iq2_xxs::BlockIQ2XXS;
+use crate::formats::iq3_s::BlockIQ3S;
+use crate::formats::iq3_xxs::BlockIQ3XXS;
+use crate::formats::iq_grids::{
+    IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+};
 use crate::formats::pq2_0::{pq2_0_block_chain, vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
 use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
 use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::{quantize_block_q8_0_ref_model, BlockQ8_0, QK8_0};
+use crate::formats::q8_k::{BlockQ8K, QK_K};
+use crate::formats::tq1_0::BlockTQ1_0;
+use crate::formats::tq2_0::{self, BlockTQ2_0};
 use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf, F16_TO_F32_TABLE};
 use crate::tiles::{mul_mat_q2_0_tiles, Emit, Q2ColumnBatch, Rows};
 
@@ -877,5 +889,511 @@ unsafe fn quantize_block_ref_path(x: &[f32], out: &mut BlockQ8_0) {
                 out.qs[4 * k + j] = *byte as i8;
             }
         }
+    }
+}
+
+/// `vpshufb` controls for `quantize_row_q8_k`: the low byte of each dword of a 128-bit lane to dword `h`.
+static Q8K_LOW_BYTES: [[u8; 32]; 4] = {
+    let mut t = [[0x80u8; 32]; 4];
+    let mut h = 0;
+    while h < 4 {
+        let mut b = 0;
+        while b < 4 {
+            t[h][4 * h + b] = 4 * b as u8;
+            t[h][16 + 4 * h + b] = 4 * b as u8;
+            b += 1;
+        }
+        h += 1;
+    }
+    t
+};
+
+/// `quantize_row_q8_K` (ggml-base's reference C, the same in both builds) eight floats at a time, with the
+/// AVX-512 kernel's steps (`avx512::quantize_row_q8_k`): the largest magnitude by `vmaxps` with NaN lanes
+/// dropped, its first position by an equality mask, `iscale·x + 1.5·2^23` as two roundings, the low mantissa
+/// bits minus 2^22, `min(127, ·)` and the low byte of each (the C's conversion to `int8_t`, also for huge or
+/// non-finite products); the sums of sixteen by `maddubs`/`madd` and two `phaddd` rounds.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.len() >= x.len() / 256`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
+    for (xb, out) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
+        // SAFETY (whole block): 32 loads of eight floats inside the 256 of `xb`; 32-byte loads and stores inside
+        // `out.qs` and `out.bsums`; this function enables the features.
+        unsafe {
+            let p = xb.as_ptr();
+            let sign = _mm256_set1_ps(-0.0);
+            let mut m = _mm256_setzero_ps();
+            for k in 0..32 {
+                // `vmaxps` returns its second operand when either is NaN: NaN magnitudes are skipped.
+                m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(8 * k))), m);
+            }
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+            let amax = lanes.iter().fold(0f32, |a, &b| a.max(b));
+            if amax == 0.0 {
+                // Stock zeroes the quants and the scale and leaves the bsums as they were.
+                out.d = [0; 4];
+                out.qs = [0; QK_K];
+                continue;
+            }
+            let target = _mm256_set1_ps(amax);
+            let mut first = 0;
+            for k in 0..32 {
+                let abs = _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(8 * k)));
+                let hit = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(abs, target));
+                if hit != 0 {
+                    first = 8 * k + hit.trailing_zeros() as usize;
+                    break;
+                }
+            }
+            let iscale = -127.0f32 / xb[first];
+            let scale = _mm256_set1_ps(iscale);
+            let magic = _mm256_set1_ps(12_582_912.0);
+            let qs = out.qs.as_mut_ptr() as *mut u8;
+            for k in 0..8 {
+                // Each vector's eight low bytes go to dword `h` of both 128-bit lanes; one dword permute
+                // then puts the 32 quants in order.
+                let mut packed = _mm256_setzero_si256();
+                for (h, pick) in Q8K_LOW_BYTES.iter().enumerate() {
+                    let v = _mm256_add_ps(
+                        _mm256_mul_ps(scale, _mm256_loadu_ps(p.add(32 * k + 8 * h))),
+                        magic,
+                    );
+                    let i = _mm256_sub_epi32(
+                        _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x007f_ffff)),
+                        _mm256_set1_epi32(0x0040_0000),
+                    );
+                    let i = _mm256_min_epi32(i, _mm256_set1_epi32(127));
+                    let pick = _mm256_loadu_si256(pick.as_ptr() as *const __m256i);
+                    packed = _mm256_or_si256(packed, _mm256_shuffle_epi8(i, pick));
+                }
+                let ordered =
+                    _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                _mm256_storeu_si256(qs.add(32 * k) as *mut __m256i, ordered);
+            }
+            // bsums: per 32 quants, dwords 0..4 sum quants 0..16 and 4..8 quants 16..32; two `phaddd` rounds
+            // bring sums 2k (lane 0) and 2k + 1 (lane 1) together.
+            let ones8 = _mm256_set1_epi8(1);
+            let ones16 = _mm256_set1_epi16(1);
+            let s: [__m256i; 8] = std::array::from_fn(|k| {
+                let q = _mm256_loadu_si256(qs.add(32 * k) as *const __m256i);
+                _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16)
+            });
+            let r0 =
+                _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+            let r1 =
+                _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+            // Lane 0: sums 0, 2, …, 14; lane 1: 1, 3, …, 15 (each within ±2048: no saturation).
+            let w = _mm256_packs_epi32(r0, r1);
+            let (even, odd) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
+            let b = out.bsums.as_mut_ptr();
+            _mm_storeu_si128(b as *mut __m128i, _mm_unpacklo_epi16(even, odd));
+            _mm_storeu_si128(b.add(16) as *mut __m128i, _mm_unpackhi_epi16(even, odd));
+            out.d = (1.0f32 / iscale).to_le_bytes();
+        }
+    }
+}
+
+/// A block's integer sums against q8_K in the haswell build's lanes or the x64 build's total, from `groups`
+/// i16 pair sums `Σ w·q` (`maddubs` of unsigned weights `w` against the quants, exact): haswell, with i16
+/// wrap-around (the order of wrapping adds does not matter), `Σ groups − bsums` and `madd` by ones into eight
+/// i32 lanes; x64, `Σ groups − Σ q` over the block's own quants (not its `bsums`) the same way, exact while
+/// every i16 sum stays in range (the callers' bounds).
+#[inline(always)]
+unsafe fn ternary_block_lanes<const HASWELL: bool>(
+    w_q: __m256i,
+    q_sum: __m256i,
+    yb: &BlockQ8K,
+) -> __m256i {
+    // SAFETY: a 32-byte load of `yb.bsums`; AVX2 is enabled by the calling kernel.
+    unsafe {
+        let minus = if HASWELL {
+            _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i)
+        } else {
+            q_sum
+        };
+        _mm256_madd_epi16(_mm256_sub_epi16(w_q, minus), _mm256_set1_epi16(1))
+    }
+}
+
+/// The sum of eight i32 lanes (exact for the callers' bounds).
+#[inline(always)]
+unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    // SAFETY: register operations; AVX2 is enabled by the calling kernel.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
+/// `ggml_vec_dot_tq2_0_q8_K` with the haswell build's order (`HASWELL`) or the x64 build's: per 32 weights the
+/// codes by a shift and a mask and one `maddubs` against the quants (a pair is at most 2·3·128, eight per lane:
+/// no i16 overflow), then `ternary_block_lanes` and stock's float steps (`formats/tq2_0.rs`). The haswell
+/// order is stock's own kernel step for step, so against stock haswell it is not faster (not served there).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.len() >= x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[BlockQ8K]) -> f32 {
+    debug_assert!(y.len() >= x.len());
+    // SAFETY (whole block): block `i` of x and y are inside the slices, every load 32 bytes inside `qs`; this
+    // function enables the features.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let mut sumf = 0f32;
+        let (three, ones) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+        for (xb, yb) in x.iter().zip(y) {
+            let q = yb.qs.as_ptr() as *const u8;
+            let (mut cq, mut sq) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for j in 0..2 {
+                let mut codes = _mm256_loadu_si256(xb.qs.as_ptr().add(32 * j) as *const __m256i);
+                for l in 0..4 {
+                    let qv = _mm256_loadu_si256(q.add(128 * j + 32 * l) as *const __m256i);
+                    let c = _mm256_and_si256(codes, three);
+                    cq = _mm256_add_epi16(cq, _mm256_maddubs_epi16(c, qv));
+                    if !HASWELL {
+                        sq = _mm256_add_epi16(sq, _mm256_maddubs_epi16(ones, qv));
+                    }
+                    codes = _mm256_srli_epi16::<2>(codes);
+                }
+            }
+            let lanes = ternary_block_lanes::<HASWELL>(cq, sq, yb);
+            let d = tq2_0::block_scale(xb, yb);
+            if HASWELL {
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d), acc);
+            } else {
+                sumf += hsum_epi32(lanes) as f32 * d;
+            }
+        }
+        if !HASWELL {
+            return sumf;
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        q1_0::hsum_float_8(lanes)
+    }
+}
+
+/// The base-3 digit `((v·3) >> 8)` of every byte `v` (`v` already multiplied by the digit's power of three):
+/// stock haswell's `subs`, two `avg` and a shift, exact for all 256 values (`formats/tq1_0.rs`).
+#[inline(always)]
+unsafe fn tq1_digits(v: __m256i) -> __m256i {
+    // SAFETY: register operations; AVX2 is enabled by the calling kernel.
+    unsafe {
+        let t = _mm256_subs_epu8(v, _mm256_set1_epi8(1));
+        let r = _mm256_avg_epu8(t, _mm256_avg_epu8(t, _mm256_setzero_si256()));
+        _mm256_and_si256(_mm256_srli_epi16::<6>(r), _mm256_set1_epi8(3))
+    }
+}
+
+/// `v·3` per byte, modulo 256.
+#[inline(always)]
+unsafe fn times3(v: __m256i) -> __m256i {
+    // SAFETY: register operations; AVX2 is enabled by the calling kernel.
+    unsafe { _mm256_add_epi8(_mm256_add_epi8(v, v), v) }
+}
+
+/// `ggml_vec_dot_tq1_0_q8_K` with the haswell build's order (`HASWELL`) or the x64 build's: the eight
+/// 32-weight groups of a block as stock lays them out (`qs[0..32]` times 1, 3, 9, 27, 81; `qs[32..48]` times
+/// 1 and 3, 9 and 27, 81 beside the `qh` bytes times their powers), `tq1_digits` and one `maddubs` per group
+/// (pairs at most 2·2·128: no i16 overflow over eight groups), then `ternary_block_lanes` and stock's float
+/// steps (`formats/tq1_0.rs`). Stock's haswell kernel does the same work; not served there.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.len() >= x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[BlockQ8K]) -> f32 {
+    debug_assert!(y.len() >= x.len());
+    // SAFETY (whole block): block `i` of x and y are inside the slices; the loads read `qs[0..32]`,
+    // `qs[32..48]`, the four `qh` bytes and 32-byte groups of the quants; this function enables the features.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let mut sumf = 0f32;
+        let ones = _mm256_set1_epi8(1);
+        // `qh` byte `j` in byte `4l + j` of the low lane, times `3^l`: words multiplied per parity so no carry
+        // crosses a byte.
+        let qh_pow = _mm_setr_epi16(1, 1, 3, 3, 9, 9, 27, 27);
+        let low_bytes = _mm_set1_epi16(0x00ff);
+        for (xb, yb) in x.iter().zip(y) {
+            let q = yb.qs.as_ptr() as *const u8;
+            let (mut dq, mut sq) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            let mut group = |g: usize, v: __m256i| {
+                let qv = _mm256_loadu_si256(q.add(32 * g) as *const __m256i);
+                dq = _mm256_add_epi16(dq, _mm256_maddubs_epi16(tq1_digits(v), qv));
+                if !HASWELL {
+                    sq = _mm256_add_epi16(sq, _mm256_maddubs_epi16(ones, qv));
+                }
+            };
+            let mut v = _mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i);
+            for g in 0..5 {
+                group(g, v);
+                v = times3(v);
+            }
+            let x3 = |v: __m128i| _mm_add_epi8(_mm_add_epi8(v, v), v);
+            let w = _mm_loadu_si128(xb.qs.as_ptr().add(32) as *const __m128i);
+            let w3 = x3(w);
+            let w9 = x3(w3);
+            let w27 = x3(w9);
+            group(5, _mm256_set_m128i(w3, w));
+            group(6, _mm256_set_m128i(w27, w9));
+            let h = _mm_set1_epi32(i32::from_le_bytes(xb.qh));
+            let h_even = _mm_and_si128(_mm_mullo_epi16(h, qh_pow), low_bytes);
+            let h_odd = _mm_mullo_epi16(_mm_andnot_si128(low_bytes, h), qh_pow);
+            group(7, _mm256_set_m128i(_mm_or_si128(h_even, h_odd), x3(w27)));
+            let lanes = ternary_block_lanes::<HASWELL>(dq, sq, yb);
+            if HASWELL {
+                let d = yb.d() * F16_TO_F32_TABLE[xb.d.to_bits() as usize];
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d), acc);
+            } else {
+                let d = F16_TO_F32_TABLE[xb.d.to_bits() as usize] * yb.d();
+                sumf += hsum_epi32(lanes) as f32 * d;
+            }
+        }
+        if !HASWELL {
+            return sumf;
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+        q1_0::hsum_float_8(lanes)
+    }
+}
+
+/// One IQ format's 32-weight chunks for the AVX2 `vec_dot_iq_q8_k`, each format from its own fields
+/// (`formats/iq*.rs`): grid entries by one scalar load each (as stock's AVX2 kernels do; AVX2 has no byte
+/// permute wide enough for the permute lookups of the AVX-512 decoder), signs as a byte mask.
+pub trait IqChunkDecode: IqBlock {
+    /// The 32 grid magnitudes of chunk `ib` (elements `32·ib..32·ib + 32`) in element order.
+    ///
+    /// # Safety
+    /// Only inside `vec_dot_iq_q8_k`, which enables AVX2.
+    unsafe fn chunk_magnitudes(&self, ib: usize) -> __m256i;
+    /// Byte `j` all ones where element `32·ib + j` is negative, else zero.
+    ///
+    /// # Safety
+    /// As `chunk_magnitudes`.
+    unsafe fn chunk_negative(&self, ib: usize) -> __m256i;
+}
+
+/// `KSIGNS_IQ2XS` as byte masks: byte `j` of entry `f` is all ones where bit `j` of `KSIGNS_IQ2XS[f]` is set.
+static KSIGN_MASKS: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut f = 0;
+    while f < 128 {
+        let mut j = 0;
+        while j < 8 {
+            if KSIGNS_IQ2XS[f] >> j & 1 == 1 {
+                t[f] |= 0xff << (8 * j);
+            }
+            j += 1;
+        }
+        f += 1;
+    }
+    t
+};
+
+/// The byte masks of four 7-bit sign fields (IQ2_XXS, IQ2_XS, IQ3_XXS), field 0 lowest.
+#[inline(always)]
+unsafe fn ksign_masks(fields: [usize; 4]) -> __m256i {
+    // SAFETY: register operations on table entries indexed `& 127` (128 entries); AVX2 is enabled by the
+    // calling kernel.
+    unsafe { entries4(fields.map(|f| KSIGN_MASKS[f & 127])) }
+}
+
+/// `vpshufb` control spreading the four sign bytes of a broadcast dword: byte `j` takes byte `j / 8`.
+static SIGN_SPREAD: [u8; 32] = {
+    let mut t = [0u8; 32];
+    let mut j = 0;
+    while j < 32 {
+        t[j] = (j / 8) as u8;
+        j += 1;
+    }
+    t
+};
+
+/// The byte mask of 32 sign bits (IQ2_S, IQ3_S store them so): bit `j` of `bits` to byte `j`.
+#[inline(always)]
+unsafe fn sign_bit_masks(bits: u32) -> __m256i {
+    // SAFETY: a load of a 32-byte static and register operations; AVX2 is enabled by the calling kernel.
+    unsafe {
+        let spread = _mm256_loadu_si256(SIGN_SPREAD.as_ptr() as *const __m256i);
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), spread);
+        _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit)
+    }
+}
+
+/// Four eight-byte grid entries as one vector, entry 0 lowest.
+#[inline(always)]
+unsafe fn entries4(e: [u64; 4]) -> __m256i {
+    // SAFETY: a register operation; AVX2 is enabled by the calling kernel.
+    unsafe { _mm256_setr_epi64x(e[0] as i64, e[1] as i64, e[2] as i64, e[3] as i64) }
+}
+
+/// Eight four-byte grid entries as one vector, entry 0 lowest.
+#[inline(always)]
+unsafe fn entries8(e: [u32; 8]) -> __m256i {
+    // SAFETY: an unaligned load of a local array; AVX2 is enabled by the calling kernel.
+    unsafe { _mm256_loadu_si256(e.as_ptr() as *const __m256i) }
+}
+
+impl IqChunkDecode for BlockIQ2XXS {
+    #[inline(always)]
+    unsafe fn chunk_magnitudes(&self, ib: usize) -> __m256i {
+        // SAFETY: register operations on byte-indexed (in-range) table entries.
+        unsafe {
+            entries4(std::array::from_fn(|l| {
+                IQ2XXS_GRID[self.qs[8 * ib + l] as usize]
+            }))
+        }
+    }
+    #[inline(always)]
+    unsafe fn chunk_negative(&self, ib: usize) -> __m256i {
+        let word = self.sign_word(ib) as usize;
+        // SAFETY: as `ksign_masks`.
+        unsafe { ksign_masks(std::array::from_fn(|l| word >> (7 * l))) }
+    }
+}
+
+/// IQ2_XS chunk `ib`'s four index/sign words as one qword, word `l` in bits `16l..16l + 16`.
+#[inline(always)]
+fn iq2_xs_words(b: &BlockIQ2XS, ib: usize) -> u64 {
+    u64::from_le_bytes(b.qs[8 * ib..8 * ib + 8].try_into().unwrap())
+}
+
+impl IqChunkDecode for BlockIQ2XS {
+    #[inline(always)]
+    unsafe fn chunk_magnitudes(&self, ib: usize) -> __m256i {
+        let w = iq2_xs_words(self, ib);
+        // SAFETY: register operations on table entries indexed `& 511` (512 entries).
+        unsafe {
+            entries4(std::array::from_fn(|l| {
+                IQ2XS_GRID[(w >> (16 * l)) as usize & 511]
+            }))
+        }
+    }
+    #[inline(always)]
+    unsafe fn chunk_negative(&self, ib: usize) -> __m256i {
+        let w = iq2_xs_words(self, ib);
+        // SAFETY: as `ksign_masks`.
+        unsafe { ksign_masks(std::array::from_fn(|l| (w >> (16 * l + 9)) as usize)) }
+    }
+}
+
+impl IqChunkDecode for BlockIQ2S {
+    #[inline(always)]
+    unsafe fn chunk_magnitudes(&self, ib: usize) -> __m256i {
+        let low = u32::from_le_bytes(self.qs[4 * ib..4 * ib + 4].try_into().unwrap()) as usize;
+        let high = self.qh[ib] as usize;
+        // SAFETY: register operations on table entries with 10-bit indices (1024 entries).
+        unsafe {
+            entries4(std::array::from_fn(|l| {
+                IQ2S_GRID[(low >> (8 * l)) & 255 | ((high >> (2 * l)) & 3) << 8]
+            }))
+        }
+    }
+    #[inline(always)]
+    unsafe fn chunk_negative(&self, ib: usize) -> __m256i {
+        let bits = u32::from_le_bytes(self.qs[32 + 4 * ib..36 + 4 * ib].try_into().unwrap());
+        // SAFETY: as `sign_bit_masks`.
+        unsafe { sign_bit_masks(bits) }
+    }
+}
+
+impl IqChunkDecode for BlockIQ3XXS {
+    #[inline(always)]
+    unsafe fn chunk_magnitudes(&self, ib: usize) -> __m256i {
+        // SAFETY: a load of byte-indexed (in-range) table entries.
+        unsafe {
+            entries8(std::array::from_fn(|k| {
+                IQ3XXS_GRID[self.qs[8 * ib + k] as usize]
+            }))
+        }
+    }
+    #[inline(always)]
+    unsafe fn chunk_negative(&self, ib: usize) -> __m256i {
+        let word = self.sign_word(ib) as usize;
+        // SAFETY: as `ksign_masks`.
+        unsafe { ksign_masks(std::array::from_fn(|l| word >> (7 * l))) }
+    }
+}
+
+impl IqChunkDecode for BlockIQ3S {
+    #[inline(always)]
+    unsafe fn chunk_magnitudes(&self, ib: usize) -> __m256i {
+        // SAFETY: a load of table entries with 9-bit indices (512 entries).
+        unsafe {
+            entries8(std::array::from_fn(|k| {
+                IQ3S_GRID[self.grid_index(8 * ib + k) & 511]
+            }))
+        }
+    }
+    #[inline(always)]
+    unsafe fn chunk_negative(&self, ib: usize) -> __m256i {
+        let bits = u32::from_le_bytes(self.signs[4 * ib..4 * ib + 4].try_into().unwrap());
+        // SAFETY: as `sign_bit_masks`.
+        unsafe { sign_bit_masks(bits) }
+    }
+}
+
+/// `ggml_vec_dot_*_q8_K` of an IQ format in the haswell build's eight-lane order (`HASWELL`) or the x64
+/// build's chain, per 32-weight chunk: the format's magnitudes and sign byte masks (`IqChunkDecode`), the
+/// masks applied to the q8 bytes as `(q ^ m) − m` (a negated −128 stays −128, as stock's `sign_epi8`),
+/// `maddubs` and `madd` against the two 16-weight scales, which leaves lane `m` summing `e mod 32 ∈ 4m..4m+4`:
+/// stock haswell's lanes (`formats/iq.rs`). The x64 order's rare negated −128 (the quantizer never writes
+/// −128) sends the row to the model. Stock's haswell kernels are AVX2 too: not served against them.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.len() >= x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_iq_q8_k<B: IqChunkDecode, const HASWELL: bool>(
+    x: &[B],
+    y: &[BlockQ8K],
+) -> f32 {
+    debug_assert!(y.len() >= x.len());
+    // SAFETY (whole block): block `i` of x and y are inside the slices, each quant load 32 bytes inside `qs`;
+    // the decoders' loads are inside their blocks; this function enables the features.
+    unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let mut sumf = 0f32;
+        let mut negated_min = 0i32;
+        let min = _mm256_set1_epi8(-128);
+        for (xb, yb) in x.iter().zip(y) {
+            let q8 = yb.qs.as_ptr() as *const u8;
+            let mut lanes = _mm256_setzero_si256();
+            for ib in 0..8 {
+                let neg = xb.chunk_negative(ib);
+                let q = _mm256_loadu_si256(q8.add(32 * ib) as *const __m256i);
+                if !HASWELL {
+                    negated_min |=
+                        _mm256_movemask_epi8(_mm256_and_si256(neg, _mm256_cmpeq_epi8(q, min)));
+                }
+                let qs = _mm256_sub_epi8(_mm256_xor_si256(q, neg), neg);
+                let pairs = _mm256_maddubs_epi16(xb.chunk_magnitudes(ib), qs);
+                let scales = _mm256_set_m128i(
+                    _mm_set1_epi16(xb.scale(32 * ib + 16) as i16),
+                    _mm_set1_epi16(xb.scale(32 * ib) as i16),
+                );
+                lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(pairs, scales));
+            }
+            let d = iq::block_scale(xb, yb);
+            if HASWELL {
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+            } else {
+                sumf += d * hsum_epi32(lanes) as f32;
+            }
+        }
+        if HASWELL {
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+            return B::OUTPUT_SCALE * q1_0::hsum_float_8(lanes);
+        }
+        if negated_min != 0 {
+            return iq::vec_dot_iq_q8_k_x64_model(x, y);
+        }
+        B::OUTPUT_SCALE * sumf
     }
 }
