@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use super::pipelined;
+use super::{hsum_epi32, iq_block_float_step, iq_row_result, pipelined};
 use crate::formats::iq::{self, IqBlock};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
@@ -996,11 +996,11 @@ pub unsafe fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
     }
 }
 
-/// A block's integer sums against q8_K in the haswell build's lanes or the x64 build's total, from `groups`
-/// i16 pair sums `Σ w·q` (`maddubs` of unsigned weights `w` against the quants, exact): haswell, with i16
-/// wrap-around (the order of wrapping adds does not matter), `Σ groups − bsums` and `madd` by ones into eight
-/// i32 lanes; x64, `Σ groups − Σ q` over the block's own quants (not its `bsums`) the same way, exact while
-/// every i16 sum stays in range (the callers' bounds).
+/// A ternary block's integer sums against q8_K as eight i32 lanes, from `w_q`, its groups' i16 pair sums
+/// `Σ w·q` added up (`maddubs` of the unsigned weight bytes `w` against the quants), and `q_sum`, the same over
+/// the quants alone: haswell, `w_q − bsums` with stock's i16 wrap-around (wrapping adds give the same i16 in any
+/// order) and `madd` by ones; x64, `w_q − q_sum` (the block's own quants, not its `bsums`) the same way, exact
+/// while every i16 sum stays in range (the callers' bounds). The x64 total is the sum of the lanes.
 #[inline(always)]
 unsafe fn ternary_block_lanes<const HASWELL: bool>(
     w_q: __m256i,
@@ -1015,18 +1015,6 @@ unsafe fn ternary_block_lanes<const HASWELL: bool>(
             q_sum
         };
         _mm256_madd_epi16(_mm256_sub_epi16(w_q, minus), _mm256_set1_epi16(1))
-    }
-}
-
-/// The sum of eight i32 lanes (exact for the callers' bounds).
-#[inline(always)]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    // SAFETY: register operations; AVX2 is enabled by the calling kernel.
-    unsafe {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
     }
 }
 
@@ -1203,6 +1191,14 @@ unsafe fn ksign_masks(fields: [usize; 4]) -> __m256i {
     unsafe { entries4(fields.map(|f| KSIGN_MASKS[f & 127])) }
 }
 
+/// The byte masks of a sign word's four 7-bit fields (bits `7l..7l + 7`; IQ2_XXS, IQ3_XXS).
+#[inline(always)]
+unsafe fn ksign_word_masks(word: u32) -> __m256i {
+    let word = word as usize;
+    // SAFETY: as `ksign_masks`.
+    unsafe { ksign_masks(std::array::from_fn(|l| word >> (7 * l))) }
+}
+
 /// `vpshufb` control spreading the four sign bytes of a broadcast dword: byte `j` takes byte `j / 8`.
 static SIGN_SPREAD: [u8; 32] = {
     let mut t = [0u8; 32];
@@ -1252,9 +1248,8 @@ impl IqChunkDecode for BlockIQ2XXS {
     }
     #[inline(always)]
     unsafe fn chunk_negative(&self, ib: usize) -> __m256i {
-        let word = self.sign_word(ib) as usize;
-        // SAFETY: as `ksign_masks`.
-        unsafe { ksign_masks(std::array::from_fn(|l| word >> (7 * l))) }
+        // SAFETY: as `ksign_word_masks`.
+        unsafe { ksign_word_masks(self.sign_word(ib)) }
     }
 }
 
@@ -1315,9 +1310,8 @@ impl IqChunkDecode for BlockIQ3XXS {
     }
     #[inline(always)]
     unsafe fn chunk_negative(&self, ib: usize) -> __m256i {
-        let word = self.sign_word(ib) as usize;
-        // SAFETY: as `ksign_masks`.
-        unsafe { ksign_masks(std::array::from_fn(|l| word >> (7 * l))) }
+        // SAFETY: as `ksign_word_masks`.
+        unsafe { ksign_word_masks(self.sign_word(ib)) }
     }
 }
 
@@ -1379,21 +1373,8 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqChunkDecode, const HASWELL: bool>(
                 );
                 lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(pairs, scales));
             }
-            let d = iq::block_scale(xb, yb);
-            if HASWELL {
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
-            } else {
-                sumf += d * hsum_epi32(lanes) as f32;
-            }
+            iq_block_float_step::<HASWELL>(&mut acc, &mut sumf, iq::block_scale(xb, yb), lanes);
         }
-        if HASWELL {
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-            return B::OUTPUT_SCALE * q1_0::hsum_float_8(lanes);
-        }
-        if negated_min != 0 {
-            return iq::vec_dot_iq_q8_k_x64_model(x, y);
-        }
-        B::OUTPUT_SCALE * sumf
+        iq_row_result::<B, HASWELL>(acc, sumf, negated_min != 0, x, y)
     }
 }

@@ -20,7 +20,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{pipelined, pipelined_one_site};
+use super::{hsum_epi32, iq_block_float_step, iq_row_result, pipelined, pipelined_one_site};
 use crate::formats::iq::{self, IqBlock};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
@@ -1163,11 +1163,7 @@ pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[Blo
                 let lanes = _mm256_sub_epi32(cq, _mm256_madd_epi16(bs, _mm256_set1_epi16(1)));
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d), acc);
             } else {
-                let v = _mm256_sub_epi32(cq, sq);
-                let t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-                let t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
-                let sumi = _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32::<1>(t)));
-                sumf += sumi as f32 * d;
+                sumf += hsum_epi32(_mm256_sub_epi32(cq, sq)) as f32 * d;
             }
         }
         if !HASWELL {
@@ -1962,24 +1958,12 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool>(x: &[B], y: &[Bl
         let mut negated_min = 0u64;
         for (xb, yb) in x.iter().zip(y) {
             let p = iq_block_partials::<B, HASWELL>(xb, yb, &mut negated_min);
-            let d = iq::block_scale(xb, yb);
-            if HASWELL {
-                let lanes =
-                    _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64::<1>(p));
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
-            } else {
-                sumf += d * _mm512_reduce_add_epi32(p) as f32;
-            }
+            // Lanes m and m + 8 together are stock haswell's lane m.
+            let lanes =
+                _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64::<1>(p));
+            iq_block_float_step::<HASWELL>(&mut acc, &mut sumf, iq::block_scale(xb, yb), lanes);
         }
-        if HASWELL {
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-            return B::OUTPUT_SCALE * q1_0::hsum_float_8(lanes);
-        }
-        if negated_min != 0 {
-            return iq::vec_dot_iq_q8_k_x64_model(x, y);
-        }
-        B::OUTPUT_SCALE * sumf
+        iq_row_result::<B, HASWELL>(acc, sumf, negated_min != 0, x, y)
     }
 }
 

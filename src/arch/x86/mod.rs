@@ -51,6 +51,62 @@ pub(crate) fn pipelined_one_site<S, T>(
     }
 }
 
+/// The sum of eight i32 lanes (wrapping; the callers' sums are exact).
+#[inline(always)]
+pub(crate) unsafe fn hsum_epi32(v: std::arch::x86_64::__m256i) -> i32 {
+    use std::arch::x86_64::*;
+    // SAFETY: register operations; AVX2 is enabled by the calling kernel.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
+/// The float side of both ISAs' IQ kernels (`formats/iq.rs`), one block at a time: stock haswell's
+/// `acc = fma(d, float(lane), acc)` on the eight lanes, or the x64 build's `sumf += d·(float)Σ lanes`.
+#[inline(always)]
+pub(crate) unsafe fn iq_block_float_step<const HASWELL: bool>(
+    acc: &mut std::arch::x86_64::__m256,
+    sumf: &mut f32,
+    d: f32,
+    lanes: std::arch::x86_64::__m256i,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY (whole body): register operations; AVX2 and FMA are enabled by the calling kernel.
+    unsafe {
+        if HASWELL {
+            *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), *acc);
+        } else {
+            *sumf += d * hsum_epi32(lanes) as f32;
+        }
+    }
+}
+
+/// The end of both ISAs' IQ kernels: haswell, `OUTPUT_SCALE · hsum_float_8(acc)`; x64, `OUTPUT_SCALE · sumf`, or
+/// the whole row again by the model where a −128 was negated (`negated_min`: +128 in the x64 build's `int`,
+/// which the kernels' byte arithmetic cannot hold).
+#[inline(always)]
+pub(crate) unsafe fn iq_row_result<B: crate::formats::iq::IqBlock, const HASWELL: bool>(
+    acc: std::arch::x86_64::__m256,
+    sumf: f32,
+    negated_min: bool,
+    x: &[B],
+    y: &[crate::formats::q8_k::BlockQ8K],
+) -> f32 {
+    if HASWELL {
+        let mut lanes = [0f32; 8];
+        // SAFETY: a store of eight floats to a local array; AVX is enabled by the calling kernel.
+        unsafe { std::arch::x86_64::_mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+        return B::OUTPUT_SCALE * crate::formats::q1_0::hsum_float_8(lanes);
+    }
+    if negated_min {
+        return crate::formats::iq::vec_dot_iq_q8_k_x64_model(x, y);
+    }
+    B::OUTPUT_SCALE * sumf
+}
+
 /// Tier 1: every ISA kernel against the scalar models, bit for bit. Exhaustive where the domain is small: all
 /// 256 weight bytes in every byte position of a block, all 4 codes against q8 = −128 and 127; random rows of
 /// every length 1..=40 blocks (all tails of the 4- and 8-block batches) with special scales.
