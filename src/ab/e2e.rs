@@ -157,11 +157,14 @@ pub fn run_tool(
     let Some(marker) = completion_marker(tool) else {
         return run_once(dir, tool, args, preload, quiet);
     };
-    for _ in 0..MARKER_ATTEMPTS {
+    for attempt in 1..=MARKER_ATTEMPTS {
         let run = run_once(dir, tool, args, preload, quiet)?;
         if run.stdout.contains(marker) || run.stderr.contains(marker) {
             return Ok(run);
         }
+        eprintln!(
+            "ggml-lowbit-ab: {tool} lost the end of its output (run {attempt}); running it again"
+        );
     }
     Err(format!(
         "{tool} lost the end of its output in {MARKER_ATTEMPTS} runs in a row (llama.cpp's asynchronous log is \
