@@ -454,9 +454,10 @@ impl Kernels {
 
     /// Whether this table's Q1_0 kernel beats the stock one it would replace. The haswell build's own AVX2
     /// kernel is already SIMD; our AVX2 kernel in its order measured 0.91–0.92× of it (`docs/PERFORMANCE.md`),
-    /// so without AVX-512 a preloaded library passes Q1_0 to stock.
+    /// so without AVX-512 a preloaded library passes Q1_0 to stock haswell. Against the x64 build's generic C
+    /// the AVX2 kernel serves (4.9×); the scalar model is that C again.
     pub fn serves_q1_0_over_stock(&self) -> bool {
-        self.order == FloatOrder::X64 || self.isa >= Isa::Avx512
+        self.simd_over_generic_c() || self.isa >= Isa::Avx512
     }
 
     /// TQ2_0 against `x.len()` q8_K blocks, in the haswell build's eight-lane order or the x64 build's chain.
@@ -472,8 +473,8 @@ impl Kernels {
         self.isa >= Isa::Avx2
     }
 
-    /// Whether this table's q8_K dot products (TQ1_0, TQ2_0, the IQ formats) are SIMD kernels in front of the
-    /// x64 build's generic C, which any of them beats (`docs/PERFORMANCE.md`).
+    /// Whether this table's dot products are SIMD kernels in front of the x64 build's generic C, which every
+    /// one of them beats (`docs/PERFORMANCE.md`).
     fn simd_over_generic_c(&self) -> bool {
         self.isa >= Isa::Avx2 && self.order == FloatOrder::X64
     }
@@ -726,4 +727,45 @@ pub(crate) fn env_choice<T>(
 /// front of a stock ggml) a probe of the stock symbols: see `interpose`.
 pub fn active() -> &'static Kernels {
     &crate::interpose::config().kernels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::{iq2_s::BlockIQ2S, iq3_s::BlockIQ3S};
+
+    /// The serve decisions per table, as `docs/PERFORMANCE.md` measured them: every Q1_0 and q8_K dot product
+    /// over the x64 build's generic C from AVX2 up; over stock haswell only the AVX-512 kernels that beat its
+    /// AVX2 ones (not TQ2_0, not IQ2_S); the q8_K quantizer (scalar C in both builds) from AVX2 up; nothing from
+    /// the scalar table. Each table is checked at the instruction set it really got on this CPU.
+    #[test]
+    fn serve_decisions_follow_the_measurements() {
+        for isa in Isa::ALL {
+            for order in FloatOrder::ALL {
+                let k = Kernels::new(isa, order);
+                let simd = k.isa >= Isa::Avx2;
+                let x64 = order == FloatOrder::X64;
+                let avx512 = k.isa >= Isa::Avx512;
+                let what = format!("{:?} {}", k.isa, order.name());
+                assert_eq!(k.serves_q8_k_over_stock(), simd, "{what}");
+                assert_eq!(k.serves_tq2_0_over_stock(), simd && x64, "{what}");
+                assert_eq!(
+                    k.serves_tq1_0_over_stock(),
+                    simd && (x64 || avx512),
+                    "{what}"
+                );
+                assert_eq!(
+                    k.serves_iq_over_stock::<BlockIQ3S>(),
+                    simd && (x64 || avx512),
+                    "{what}"
+                );
+                assert_eq!(k.serves_iq_over_stock::<BlockIQ2S>(), simd && x64, "{what}");
+                assert_eq!(
+                    k.serves_q1_0_over_stock(),
+                    simd && (x64 || avx512),
+                    "{what}"
+                );
+            }
+        }
+    }
 }
