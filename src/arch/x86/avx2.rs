@@ -1102,8 +1102,8 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
         let mut acc = _mm256_setzero_ps();
         let mut sumf = 0f32;
         let ones = _mm256_set1_epi8(1);
-        // `qh` byte `j` in byte `4l + j` of the low lane, times `3^l`: words multiplied per parity so no carry
-        // crosses a byte.
+        // Group 7's high half (elements 240 + 4l + j): the four `qh` bytes repeated, byte `4l + j` times `3^l`,
+        // the words multiplied once per byte parity so no carry crosses into the other byte.
         let qh_pow = _mm_setr_epi16(1, 1, 3, 3, 9, 9, 27, 27);
         let low_bytes = _mm_set1_epi16(0x00ff);
         for (xb, yb) in x.iter().zip(y) {
