@@ -600,20 +600,8 @@ impl Kernels {
         y: Rows<'_, BlockQ8_0>,
         emit: Emit<'_>,
     ) {
-        assert!(
-            y.nb() >= 4 * x.nb(),
-            "q8_0 columns shorter than the PQ2_0 rows"
-        );
-        match self.mul_mat_pq2_0_q8_0 {
-            // SAFETY: as `vec_dot_q2_0_q8_0`; the lengths are checked above.
-            Some(tiles) => unsafe { tiles(x, y, emit) },
-            None => mul_mat_by_pairs(
-                |a, b| self.vec_dot_pq2_0_q8_0(a, &b[..4 * a.len()]),
-                x,
-                y,
-                emit,
-            ),
-        }
+        let pair = |a: &[BlockPQ2_0], b: &[BlockQ8_0]| self.vec_dot_pq2_0_q8_0(a, b);
+        fork_mul_mat(self.mul_mat_pq2_0_q8_0, pair, x, y, emit)
     }
 
     /// `W · Y` for PTQ1_0 (PrismML fork), as `mul_mat_pq2_0_q8_0`.
@@ -623,20 +611,8 @@ impl Kernels {
         y: Rows<'_, BlockQ8_0>,
         emit: Emit<'_>,
     ) {
-        assert!(
-            y.nb() >= 4 * x.nb(),
-            "q8_0 columns shorter than the PTQ1_0 rows"
-        );
-        match self.mul_mat_ptq1_0_q8_0 {
-            // SAFETY: as `vec_dot_q2_0_q8_0`; the lengths are checked above.
-            Some(tiles) => unsafe { tiles(x, y, emit) },
-            None => mul_mat_by_pairs(
-                |a, b| self.vec_dot_ptq1_0_q8_0(a, &b[..4 * a.len()]),
-                x,
-                y,
-                emit,
-            ),
-        }
+        let pair = |a: &[BlockPTQ1_0], b: &[BlockQ8_0]| self.vec_dot_ptq1_0_q8_0(a, b);
+        fork_mul_mat(self.mul_mat_ptq1_0_q8_0, pair, x, y, emit)
     }
 
     /// `dequantize_row_ptq1_0` (not a hot path: the scalar model on every instruction set).
@@ -646,6 +622,26 @@ impl Kernels {
             "f32 output too short"
         );
         ptq1_0::dequantize_row_ptq1_0_model(x, y)
+    }
+}
+
+/// A fork format's whole product: its tile kernel where the table has one, else `vec_dot` (checked
+/// lengths) per pair.
+fn fork_mul_mat<B>(
+    tiles: Option<ForkMulMat<B>>,
+    vec_dot: impl Fn(&[B], &[BlockQ8_0]) -> f32,
+    x: Rows<'_, B>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    assert!(
+        y.nb() >= 4 * x.nb(),
+        "q8_0 columns shorter than the fork format's rows"
+    );
+    match tiles {
+        // SAFETY: the table only holds kernels for instruction sets this CPU has; the lengths are checked above.
+        Some(tiles) => unsafe { tiles(x, y, emit) },
+        None => mul_mat_by_pairs(|a, b| vec_dot(a, &b[..4 * a.len()]), x, y, emit),
     }
 }
 

@@ -464,17 +464,7 @@ pub unsafe extern "C" fn ggml_lowbit_mul_mat_q2_0_q8_0(
     nrows: c_int,
     ncols: c_int,
 ) {
-    let args = interpose::MulMatArgs {
-        n,
-        s,
-        bs,
-        vx,
-        bx,
-        vy,
-        by,
-        nrows,
-        ncols,
-    };
+    let args = interpose::MulMatArgs::new(n, s, bs, vx, bx, vy, by, nrows, ncols);
     // SAFETY: the contract above, passed on.
     guard("ggml_lowbit_mul_mat_q2_0_q8_0", || unsafe {
         interpose::mul_mat_q2_0_q8_0(args)
@@ -499,17 +489,7 @@ pub unsafe extern "C" fn ggml_lowbit_mul_mat_q1_0_q8_0(
     nrows: c_int,
     ncols: c_int,
 ) {
-    let args = interpose::MulMatArgs {
-        n,
-        s,
-        bs,
-        vx,
-        bx,
-        vy,
-        by,
-        nrows,
-        ncols,
-    };
+    let args = interpose::MulMatArgs::new(n, s, bs, vx, bx, vy, by, nrows, ncols);
     // SAFETY: the contract above, passed on.
     guard("ggml_lowbit_mul_mat_q1_0_q8_0", || unsafe {
         interpose::mul_mat_q1_0_q8_0(args)
@@ -534,17 +514,7 @@ pub unsafe extern "C" fn ggml_lowbit_mul_mat_pq2_0_q8_0(
     nrows: c_int,
     ncols: c_int,
 ) {
-    let args = interpose::MulMatArgs {
-        n,
-        s,
-        bs,
-        vx,
-        bx,
-        vy,
-        by,
-        nrows,
-        ncols,
-    };
+    let args = interpose::MulMatArgs::new(n, s, bs, vx, bx, vy, by, nrows, ncols);
     // SAFETY: the contract above, passed on.
     guard("ggml_lowbit_mul_mat_pq2_0_q8_0", || unsafe {
         interpose::mul_mat_pq2_0_q8_0(args)
@@ -569,17 +539,7 @@ pub unsafe extern "C" fn ggml_lowbit_mul_mat_ptq1_0_q8_0(
     nrows: c_int,
     ncols: c_int,
 ) {
-    let args = interpose::MulMatArgs {
-        n,
-        s,
-        bs,
-        vx,
-        bx,
-        vy,
-        by,
-        nrows,
-        ncols,
-    };
+    let args = interpose::MulMatArgs::new(n, s, bs, vx, bx, vy, by, nrows, ncols);
     // SAFETY: the contract above, passed on.
     guard("ggml_lowbit_mul_mat_ptq1_0_q8_0", || unsafe {
         interpose::mul_mat_ptq1_0_q8_0(args)

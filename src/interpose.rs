@@ -1232,6 +1232,34 @@ pub struct MulMatArgs {
     pub ncols: c_int,
 }
 
+impl MulMatArgs {
+    /// The arguments of a `ggml_lowbit_mul_mat_*` export, in its order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        n: c_int,
+        s: *mut f32,
+        bs: usize,
+        vx: *const c_void,
+        bx: usize,
+        vy: *const c_void,
+        by: usize,
+        nrows: c_int,
+        ncols: c_int,
+    ) -> MulMatArgs {
+        MulMatArgs {
+            n,
+            s,
+            bs,
+            vx,
+            bx,
+            vy,
+            by,
+            nrows,
+            ncols,
+        }
+    }
+}
+
 /// The stride of `count` rows in whole blocks of `block` bytes, each row `nb` blocks: `bytes` must be a multiple
 /// of `block` and hold a row; a single row needs no stride.
 fn block_stride(

@@ -1353,7 +1353,8 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqChunkDecode, const HASWELL: bool>(
     unsafe {
         let mut acc = _mm256_setzero_ps();
         let mut sumf = 0f32;
-        let mut negated_min = 0i32;
+        // Lanes where a −128 was negated, collected as a vector and read once per row.
+        let mut negated_min = _mm256_setzero_si256();
         let min = _mm256_set1_epi8(-128);
         for (xb, yb) in x.iter().zip(y) {
             let q8 = yb.qs.as_ptr() as *const u8;
@@ -1362,8 +1363,8 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqChunkDecode, const HASWELL: bool>(
                 let neg = xb.chunk_negative(ib);
                 let q = _mm256_loadu_si256(q8.add(32 * ib) as *const __m256i);
                 if !HASWELL {
-                    negated_min |=
-                        _mm256_movemask_epi8(_mm256_and_si256(neg, _mm256_cmpeq_epi8(q, min)));
+                    let hit = _mm256_and_si256(neg, _mm256_cmpeq_epi8(q, min));
+                    negated_min = _mm256_or_si256(negated_min, hit);
                 }
                 let qs = _mm256_sub_epi8(_mm256_xor_si256(q, neg), neg);
                 let pairs = _mm256_maddubs_epi16(xb.chunk_magnitudes(ib), qs);
@@ -1375,6 +1376,7 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqChunkDecode, const HASWELL: bool>(
             }
             iq_block_float_step::<HASWELL>(&mut acc, &mut sumf, iq::block_scale(xb, yb), lanes);
         }
-        iq_row_result::<B, HASWELL>(acc, sumf, negated_min != 0, x, y)
+        let negated = _mm256_movemask_epi8(negated_min) != 0;
+        iq_row_result::<B, HASWELL>(acc, sumf, negated, x, y)
     }
 }
