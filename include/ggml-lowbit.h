@@ -451,6 +451,38 @@ void ggml_lowbit_vec_dot_q1_0_q8_0(int n,
                                    int nrc);
 
 /*
+ `ggml_vec_dot_pq2_0_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`), for the stand-in
+ fork linked against the library (`ggml-patch/fork-types.patch` with `cpu.patch`).
+
+ # Safety
+ As `ggml_vec_dot_pq2_0_q8_0`.
+ */
+void ggml_lowbit_vec_dot_pq2_0_q8_0(int n,
+                                    float *s,
+                                    size_t bs,
+                                    const void *vx,
+                                    size_t bx,
+                                    const void *vy,
+                                    size_t by,
+                                    int nrc);
+
+/*
+ `ggml_vec_dot_ptq1_0_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`), for the stand-in
+ fork linked against the library (`ggml-patch/fork-types.patch` with `cpu.patch`).
+
+ # Safety
+ As `ggml_vec_dot_ptq1_0_q8_0`.
+ */
+void ggml_lowbit_vec_dot_ptq1_0_q8_0(int n,
+                                     float *s,
+                                     size_t bs,
+                                     const void *vx,
+                                     size_t bx,
+                                     const void *vy,
+                                     size_t by,
+                                     int nrc);
+
+/*
  `quantize_row_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
 
  # Safety

@@ -24,6 +24,8 @@ cargo build --release
 echo "== patched llama.cpp builds (ggml-patch/cpu.patch, linked against the library; rebuilt when the patch changes)"
 scripts/patched-llama.sh haswell
 scripts/patched-llama.sh x64
+echo "== the stand-in fork (ggml-patch/fork-types.patch: PQ2_0/PTQ1_0 through bench/c), plain and with the library"
+for v in fork-haswell fork-x64 fork-lowbit-haswell fork-lowbit-x64; do scripts/patched-llama.sh "$v"; done
 log=$(mktemp)
 set +e
 cargo test --release 2>&1 | tee "$log"

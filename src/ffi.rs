@@ -607,6 +607,52 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_q1_0_q8_0(
     })
 }
 
+/// `ggml_vec_dot_pq2_0_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`), for the stand-in
+/// fork linked against the library (`ggml-patch/fork-types.patch` with `cpu.patch`).
+///
+/// # Safety
+/// As `ggml_vec_dot_pq2_0_q8_0`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_vec_dot_pq2_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_vec_dot_pq2_0_q8_0", || unsafe {
+        interpose::vec_dot_pq2_0_q8_0(args)
+    })
+}
+
+/// `ggml_vec_dot_ptq1_0_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`), for the stand-in
+/// fork linked against the library (`ggml-patch/fork-types.patch` with `cpu.patch`).
+///
+/// # Safety
+/// As `ggml_vec_dot_ptq1_0_q8_0`.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_vec_dot_ptq1_0_q8_0(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
+) {
+    let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    // SAFETY: ggml's contract for this symbol, passed on.
+    guard("ggml_lowbit_vec_dot_ptq1_0_q8_0", || unsafe {
+        interpose::vec_dot_ptq1_0_q8_0(args)
+    })
+}
+
 /// `quantize_row_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
 ///
 /// # Safety

@@ -16,6 +16,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 use crate::dispatch::{env_choice, Kernels};
+use crate::formats::pq2_0::BlockPQ2_0;
+use crate::formats::ptq1_0::BlockPTQ1_0;
 use crate::formats::q1_0::BlockQ1_0;
 use crate::formats::q2_0::BlockQ2_0;
 use crate::formats::q8_0::BlockQ8_0;
@@ -28,25 +30,32 @@ pub const KNOWN_VERSIONS: [&str; 1] = ["0.25.3"];
 const GGML_TYPE_F32: c_int = 0;
 const GGML_TYPE_Q1_0: c_int = 41;
 const GGML_TYPE_Q2_0: c_int = 42;
+/// PrismML's fork formats under the fork's type numbers (no mainline ggml has them; the stand-in fork of
+/// `ggml-patch/fork-types.patch` does).
+const GGML_TYPE_PQ2_0: c_int = 142;
+const GGML_TYPE_PTQ1_0: c_int = 143;
 
-/// A weight format the hook serves; both have 18-byte blocks.
+/// A weight format the hook serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Weights {
     Q2_0,
     Q1_0,
+    Pq2_0,
+    Ptq1_0,
 }
-
-const BLOCK_BYTES: usize = 18;
 
 impl Weights {
     /// The format of a ggml type, if the hook serves it with these kernels: Q1_0 only where our kernel beats
-    /// stock's (`Kernels::serves_q1_0_over_stock`) or under `GGML_LOWBIT_SERVE_ALL=1`.
+    /// stock's (`Kernels::serves_q1_0_over_stock`) or under `GGML_LOWBIT_SERVE_ALL=1`; the fork formats always
+    /// (the fork runs them through its generic C).
     fn of(type_: c_int, kernels: &Kernels) -> Option<Weights> {
         match type_ {
             GGML_TYPE_Q2_0 => Some(Weights::Q2_0),
             GGML_TYPE_Q1_0 if kernels.serves_q1_0_over_stock() || config().serve_all => {
                 Some(Weights::Q1_0)
             }
+            GGML_TYPE_PQ2_0 => Some(Weights::Pq2_0),
+            GGML_TYPE_PTQ1_0 => Some(Weights::Ptq1_0),
             _ => None,
         }
     }
@@ -55,7 +64,17 @@ impl Weights {
     fn qk(self) -> usize {
         match self {
             Weights::Q2_0 => 64,
-            Weights::Q1_0 => 128,
+            Weights::Q1_0 | Weights::Pq2_0 | Weights::Ptq1_0 => 128,
+        }
+    }
+
+    /// Bytes per block (`ggml_type_size`).
+    fn block_bytes(self) -> usize {
+        match self {
+            Weights::Q2_0 => std::mem::size_of::<BlockQ2_0>(),
+            Weights::Q1_0 => std::mem::size_of::<BlockQ1_0>(),
+            Weights::Pq2_0 => std::mem::size_of::<BlockPQ2_0>(),
+            Weights::Ptq1_0 => std::mem::size_of::<BlockPTQ1_0>(),
         }
     }
 
@@ -72,7 +91,8 @@ impl Weights {
         emit: crate::tiles::Emit<'_>,
     ) {
         let len = (rows - 1) * stride + nb;
-        // SAFETY: the caller's contract: `len` blocks at `w`; both block types are 18 plain bytes.
+        // SAFETY: the caller's contract: `len` blocks of this format at `w`; every block type is plain bytes
+        // with alignment 1.
         unsafe {
             match self {
                 Weights::Q2_0 => {
@@ -84,6 +104,16 @@ impl Weights {
                     let w = std::slice::from_raw_parts(w as *const BlockQ1_0, len);
                     let x = Rows::new(w, nb, stride, rows).expect("sized above");
                     kernels.mul_mat_q1_0_q8_0(x, y, emit)
+                }
+                Weights::Pq2_0 => {
+                    let w = std::slice::from_raw_parts(w as *const BlockPQ2_0, len);
+                    let x = Rows::new(w, nb, stride, rows).expect("sized above");
+                    kernels.mul_mat_pq2_0_q8_0(x, y, emit)
+                }
+                Weights::Ptq1_0 => {
+                    let w = std::slice::from_raw_parts(w as *const BlockPTQ1_0, len);
+                    let x = Rows::new(w, nb, stride, rows).expect("sized above");
+                    kernels.mul_mat_ptq1_0_q8_0(x, y, emit)
                 }
             }
         }
@@ -185,7 +215,7 @@ fn hook() -> &'static Hook {
         if c.log {
             match &off {
                 None => crate::ffi::log_line(&format!(
-                    "mul_mat hook on (ggml {}): Q2_0{} products through the tile kernels",
+                    "mul_mat hook on (ggml {}): Q2_0{}, PQ2_0 and PTQ1_0 products through the tile kernels",
                     version.as_deref().unwrap_or("?"),
                     if c.kernels.serves_q1_0_over_stock() {
                         " and Q1_0"
@@ -210,17 +240,17 @@ fn hook() -> &'static Hook {
 /// The format of `src0` when it is a weight tensor the tile kernels take against F32 `src1`, writing F32 `dst`.
 fn weight_operands(src0: &GgmlTensor, src1: &GgmlTensor, dst: &GgmlTensor) -> Option<Weights> {
     let w = Weights::of(src0.type_, &config().kernels)?;
-    let qk = w.qk() as i64;
+    let (qk, bytes) = (w.qk() as i64, w.block_bytes());
     let ok = src1.type_ == GGML_TYPE_F32
         && dst.type_ == GGML_TYPE_F32
         && src0.ne[0] > 0
         && src0.ne[0] % qk == 0
         && src1.ne[0] == src0.ne[0]
-        && src0.nb[0] == BLOCK_BYTES
-        && src0.nb[1].is_multiple_of(BLOCK_BYTES)
-        && src0.nb[1] >= (src0.ne[0] / qk) as usize * BLOCK_BYTES
-        && src0.nb[2].is_multiple_of(BLOCK_BYTES)
-        && src0.nb[3].is_multiple_of(BLOCK_BYTES)
+        && src0.nb[0] == bytes
+        && src0.nb[1].is_multiple_of(bytes)
+        && src0.nb[1] >= (src0.ne[0] / qk) as usize * bytes
+        && src0.nb[2].is_multiple_of(bytes)
+        && src0.nb[3].is_multiple_of(bytes)
         && src1.nb[0] == 4
         && dst.nb[0] == 4
         && dst.nb[1].is_multiple_of(4)
@@ -233,7 +263,7 @@ fn sane_params(p: &ComputeParams) -> bool {
     p.nth >= 1 && p.ith >= 0 && p.ith < p.nth && !p.wdata.is_null() && !p.threadpool.is_null()
 }
 
-/// What the hook computes: a Q2_0 or Q1_0 × F32 product with the layouts the tile kernels take.
+/// What the hook computes: a product of one of our weight formats × F32 with the layouts the tile kernels take.
 struct Product {
     weights: Weights,
     src0: *const GgmlTensor,
@@ -386,7 +416,8 @@ unsafe fn compute_share(p: &ComputeParams, prod: &Product, dst: &GgmlTensor) {
     }
     let cols = src1.ne[1] as usize;
     let (r2, r3) = (src1.ne[2] / src0.ne[2], src1.ne[3] / src0.ne[3]);
-    let stride = src0.nb[1] / BLOCK_BYTES;
+    let bytes = prod.weights.block_bytes();
+    let stride = src0.nb[1] / bytes;
     for i13 in 0..src1.ne[3] {
         for i12 in 0..src1.ne[2] {
             let (i02, i03) = ((i12 / r2) as usize, (i13 / r3) as usize);
@@ -396,7 +427,7 @@ unsafe fn compute_share(p: &ComputeParams, prod: &Product, dst: &GgmlTensor) {
             // inside dst, and this thread writes only rows r0..r1.
             unsafe {
                 let w = (src0.data as *const u8)
-                    .add(i02 * src0.nb[2] + i03 * src0.nb[3] + r0 * stride * BLOCK_BYTES);
+                    .add(i02 * src0.nb[2] + i03 * src0.nb[3] + r0 * stride * bytes);
                 let q =
                     (p.wdata as *const u8).add(plane * cols * prod.row_size) as *const BlockQ8_0;
                 let q = std::slice::from_raw_parts(q, cols * prod.row_size / 34);
@@ -525,12 +556,13 @@ unsafe fn serve_expert(
                 targets.push(d.data as usize + slot * d.nb[1] + token * d.nb[2]);
             }
             let kernels = crate::dispatch::active();
-            let stride = src0.nb[1] / BLOCK_BYTES;
+            let bytes = weights.block_bytes();
+            let stride = src0.nb[1] / bytes;
             // SAFETY: expert `cur_a`'s matrix holds `ne01` rows of `stride` blocks; this thread writes only
             // rows r0..r1 of each target column.
             unsafe {
-                let w = (src0.data as *const u8)
-                    .add(cur_a as usize * src0.nb[2] + r0 * stride * BLOCK_BYTES);
+                let w =
+                    (src0.data as *const u8).add(cur_a as usize * src0.nb[2] + r0 * stride * bytes);
                 let y = Rows::packed(cols, nb8);
                 weights.mul_mat(kernels, w, (nb, stride, r1 - r0), y, &mut |r, c, v| {
                     *(targets[c] as *mut f32).add(r0 + r) = v;

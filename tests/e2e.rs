@@ -129,7 +129,8 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every
 
 /// A tiny model of weight type `wtype` (ggml type `ggml_type` in `blk.1.ffn_down.weight`) through every build
 /// (stock, vec_dot preload, hook preload, patched), 2 threads at micro-batches `ubatch` and, with `one_thread`,
-/// 1 thread at 7, 33: identical text and per-chunk perplexity. `env` goes to the tools.
+/// 1 thread at 7, 33: identical text and per-chunk perplexity. `env` goes to the tools. The fork's types (142,
+/// 143) run on the two stand-in fork builds instead of the three stock ones.
 fn tiny_model_is_identical_on_every_build(
     wtype: &str,
     ggml_type: u32,
@@ -156,16 +157,52 @@ fn tiny_model_is_identical_on_every_build(
     assert!(types
         .iter()
         .any(|(n, t)| n == "blk.1.ffn_down.weight" && *t == ggml_type));
+    let fork = ggml_type >= 142;
+    let (builds, one_thread_build) = if fork {
+        (2, "fork-haswell")
+    } else {
+        (3, "haswell")
+    };
     let stdout = e2e_identical_with(&model, "all", "2", ubatch, env);
     let sizes = ubatch.split(',').count();
-    assert_eq!(stdout.matches("identical text").count(), 3, "{stdout}");
+    assert_eq!(stdout.matches("identical text").count(), builds, "{stdout}");
     assert_eq!(
         stdout.matches("identical per-chunk values").count(),
-        3 * sizes,
+        builds * sizes,
         "{stdout}"
     );
+    if fork {
+        // Both stand-in forks ran with their patched build beside them (a value in the last tool column).
+        let patched_rows = stdout
+            .lines()
+            .filter(|l| l.starts_with("| fork-haswell ") || l.starts_with("| fork-x64 "))
+            .filter(|l| l.contains("llama-perplexity"))
+            .filter(|l| l.split('|').nth(6).is_some_and(|c| c.contains("PPL =")))
+            .count();
+        assert_eq!(patched_rows, builds * sizes, "{stdout}");
+        // The hook and the patch took the whole products (one call each) where the vec_dot preload served one
+        // call per row and column: far fewer calls in their completion cells.
+        for line in stdout.lines().filter(|l| l.contains("llama-completion")) {
+            let calls: Vec<u64> = line
+                .split('|')
+                .filter_map(|cell| {
+                    cell.split(" calls)")
+                        .next()?
+                        .rsplit('(')
+                        .next()?
+                        .parse()
+                        .ok()
+                })
+                .collect();
+            assert_eq!(calls.len(), 3, "{line}");
+            assert!(
+                calls[1] * 20 < calls[0] && calls[2] * 20 < calls[0],
+                "{line}"
+            );
+        }
+    }
     if one_thread {
-        let stdout = e2e_identical_with(&model, "haswell", "1", "7,33", env);
+        let stdout = e2e_identical_with(&model, one_thread_build, "1", "7,33", env);
         assert_eq!(
             stdout.matches("identical per-chunk values").count(),
             2,
@@ -179,6 +216,16 @@ fn tiny_model_is_identical_on_every_build(
 #[test]
 fn tiny_q1_0_model_gives_identical_text_and_perplexity_on_every_build() {
     tiny_model_is_identical_on_every_build("q1_0", 41, "9", "1,7,8,33", true, &[]);
+}
+
+/// PrismML's fork formats (PQ2_0, PTQ1_0) on the stand-in fork (`ggml-patch/fork-types.patch`: the pinned tree
+/// with the fork's type numbers and its generic C), in both float orders: stock, the vec_dot preload, the hook
+/// (whole products through the fork tile kernels) and the stand-in with the library linked in; decode, small
+/// and odd prefills with 2 threads, 7 and 33 with 1.
+#[test]
+fn tiny_fork_models_give_identical_text_and_perplexity_on_the_stand_in_fork() {
+    tiny_model_is_identical_on_every_build("pq2_0", 142, "9", "1,7,8,33", true, &[]);
+    tiny_model_is_identical_on_every_build("ptq1_0", 143, "11", "1,7,8,33", true, &[]);
 }
 
 /// IQ2_S (grid lookups, q8_K activations). The library passes IQ2_S to stock (ours is not faster), so the runs
@@ -226,29 +273,35 @@ fn tiny_iq_models_give_identical_text_and_perplexity_on_every_build() {
 }
 
 /// A mixture-of-experts model (MUL_MAT_ID with Q2_0 experts): the same identities through every build, the
-/// preload's expert hook and the patched builds' expert entry.
+/// preload's expert hook and the patched builds' expert entry; then with PTQ1_0 experts (28-byte blocks) on
+/// the two stand-in forks.
 #[test]
 fn tiny_moe_model_gives_identical_text_and_perplexity_on_every_build() {
     let dir = scratch("moe");
-    let model = dir.join("tiny-moe.gguf");
-    let out = harness(&[
-        "model",
-        "--preset",
-        "tiny-moe",
-        "--seed",
-        "5",
-        "--out",
-        model.to_str().unwrap(),
-    ]);
-    assert!(out.status.success());
-    let stdout = e2e_identical(&model, "all", "2", "7,33");
-    // The greedy completion decodes one token at a time (batch 1); perplexity covers small and odd prefills.
-    assert_eq!(stdout.matches("identical text").count(), 3, "{stdout}");
-    assert_eq!(
-        stdout.matches("identical per-chunk values").count(),
-        6,
-        "{stdout}"
-    );
+    for (wtype, builds) in [("q2_0", 3), ("ptq1_0", 2)] {
+        let model = dir.join(format!("tiny-moe-{wtype}.gguf"));
+        let out = harness(&[
+            "model",
+            "--preset",
+            "tiny-moe",
+            "--type",
+            wtype,
+            "--seed",
+            "5",
+            "--out",
+            model.to_str().unwrap(),
+        ]);
+        assert!(out.status.success());
+        let stdout = e2e_identical(&model, "all", "2", "7,33");
+        // The greedy completion decodes one token at a time (batch 1); perplexity covers small and odd
+        // prefills.
+        assert_eq!(stdout.matches("identical text").count(), builds, "{stdout}");
+        assert_eq!(
+            stdout.matches("identical per-chunk values").count(),
+            2 * builds,
+            "{stdout}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -314,7 +367,8 @@ fn bad_models_are_refused_with_one_line_and_exit_code_2() {
         &["model", "--type", "q4_0", "--out", "/tmp/x.gguf"],
         "unsupported weight type",
     );
-    // The fork's types: the pinned stock cannot load them, so e2e says so instead of failing inside llama.cpp.
+    // The fork's types: the pinned stock cannot load them, so e2e on a stock build says so (and names the
+    // stand-in fork builds) instead of failing inside llama.cpp.
     for t in ["pq2_0", "ptq1_0"] {
         let fork_model = dir.join(format!("{t}.gguf"));
         let out = harness(&["model", "--type", t, "--out", fork_model.to_str().unwrap()]);
@@ -325,7 +379,7 @@ fn bad_models_are_refused_with_one_line_and_exit_code_2() {
         );
         expect_exit_2(
             &["e2e", "--model", fork_model.to_str().unwrap()],
-            "is a PrismML-fork type",
+            "use --build fork-haswell",
         );
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -9,6 +9,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * Also compiled inside the stand-in fork (`scripts/patched-llama.sh fork-*`, `ggml-patch/fork-types.patch`):
+ * there FORK_IN_GGML is defined, FORK_NO_VEC_DOT / FORK_NO_DEQUANTIZE leave out the function the including
+ * library does not take, and a build without F16C converts the scales with ggml's own (exact) conversion.
+ */
+#if defined(FORK_IN_GGML) && !defined(__F16C__)
+float ggml_fp16_to_fp32(uint16_t h);
+#define fp16_to_fp32(h) ggml_fp16_to_fp32(h)
+#else
+#define fp16_to_fp32(h) _cvtsh_ss(h)
+#endif
+
 typedef struct {
     uint8_t qs[24];
     uint8_t qh[2];
@@ -49,6 +61,7 @@ static inline void block_weights(const ptq1_0_block *b, int8_t w[128]) {
     }
 }
 
+#ifndef FORK_NO_VEC_DOT
 void fork_vec_dot_ptq1_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by,
                               int nrc) {
     (void)bs;
@@ -69,19 +82,21 @@ void fork_vec_dot_ptq1_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t
             for (int e = 0; e < 32; e++) {
                 isum += w[32 * k + e] * q8->qs[e];
             }
-            sumi += _cvtsh_ss(q8->d) * (float)isum;
+            sumi += fp16_to_fp32(q8->d) * (float)isum;
         }
-        sumf += _cvtsh_ss(x[i].d) * sumi;
+        sumf += fp16_to_fp32(x[i].d) * sumi;
     }
     *s = sumf;
 }
+#endif
 
+#ifndef FORK_NO_DEQUANTIZE
 /* The fork's dequantize_row_ptq1_0: ((int)trit - 1) * d per weight, in the element order above. */
 void fork_dequantize_row_ptq1_0(const void *vx, float *y, int64_t k) {
     const ptq1_0_block *x = (const ptq1_0_block *)vx;
     const int64_t blocks = k / 128;
     for (int64_t i = 0; i < blocks; i++) {
-        const float d = _cvtsh_ss(x[i].d);
+        const float d = fp16_to_fp32(x[i].d);
         int8_t w[128];
         block_weights(&x[i], w);
         for (int e = 0; e < 128; e++) {
@@ -89,3 +104,4 @@ void fork_dequantize_row_ptq1_0(const void *vx, float *y, int64_t k) {
         }
     }
 }
+#endif

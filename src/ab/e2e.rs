@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// Weight types the library accelerates; a model whose matrices are all something else is refused.
-pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 9] = [
+pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 11] = [
     (42, "q2_0"),
     (41, "q1_0"),
     (34, "tq1_0"),
@@ -17,10 +17,23 @@ pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 9] = [
     (22, "iq2_s"),
     (18, "iq3_xxs"),
     (21, "iq3_s"),
+    (142, "pq2_0"),
+    (143, "ptq1_0"),
 ];
 
-/// Checks that `model` is a GGUF whose matrices include a type this library serves.
-pub fn check_model(model: &Path) -> Result<(), String> {
+/// PrismML's fork formats: only the stand-in fork (`scripts/patched-llama.sh fork-*`) loads them.
+pub const FORK_WEIGHT_TYPES: [u32; 2] = [142, 143];
+
+/// What `check_model` found: whether the model needs a build that knows the fork's types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelKind {
+    Mainline,
+    Fork,
+}
+
+/// Checks that `model` is a GGUF whose matrices include a type this library serves, and says whether it has
+/// fork types (PQ2_0, PTQ1_0), which only the stand-in fork builds load.
+pub fn check_model(model: &Path) -> Result<ModelKind, String> {
     if !model.is_file() {
         return Err(format!("model not found: {}", model.display()));
     }
@@ -29,19 +42,16 @@ pub fn check_model(model: &Path) -> Result<(), String> {
         .iter()
         .any(|(_, t)| SUPPORTED_WEIGHT_TYPES.iter().any(|(s, _)| s == t))
     {
-        return Ok(());
+        let fork = types.iter().any(|(_, t)| FORK_WEIGHT_TYPES.contains(t));
+        return Ok(if fork {
+            ModelKind::Fork
+        } else {
+            ModelKind::Mainline
+        });
     }
     let mut seen: Vec<u32> = types.iter().map(|(_, t)| *t).collect();
     seen.sort_unstable();
     seen.dedup();
-    if let Some(t) = seen.iter().find(|&&t| t == 142 || t == 143) {
-        return Err(format!(
-            "{}: ggml type {t} ({}) is a PrismML-fork type that the pinned stock llama.cpp cannot load; run the \
-             fork's own tools with LD_PRELOAD=libggml_lowbit.so (docs/fork.md)",
-            model.display(),
-            if *t == 142 { "PQ2_0" } else { "PTQ1_0" }
-        ));
-    }
     Err(format!(
         "{}: no tensor of a type ggml-lowbit serves (it has ggml types {seen:?}; supported: {})",
         model.display(),
@@ -325,17 +335,25 @@ pub fn read_bandwidth(threads: usize) -> f64 {
     samples[samples.len() / 2]
 }
 
-/// Where the tools of one stock build variant are (`haswell`, `x64`, `haswell-dl`).
+/// Where the tools of one "stock" build variant are: the pinned stock builds (`haswell`, `x64`, `haswell-dl`,
+/// `scripts/stock-llama.sh`) or the stand-in fork (`fork-haswell`, `fork-x64`: the pinned tree with
+/// `ggml-patch/fork-types.patch`, `scripts/patched-llama.sh`), built on first use.
 pub fn tools_dir(variant: &str) -> Result<PathBuf, String> {
-    crate::stock::ensure_built_variant(variant)
+    if variant.starts_with("fork-") {
+        crate::stock::run_build_script("patched-llama.sh", variant, "llama-completion")
+    } else {
+        crate::stock::ensure_built_variant(variant)
+    }
 }
 
 /// Where the tools of the patched build (`ggml-patch/cpu.patch`, linked against this checkout's library) of a
-/// stock variant are, building them on first use (`scripts/patched-llama.sh`); `None` for a variant without one
-/// (`haswell-dl`).
+/// variant are, building them on first use (`scripts/patched-llama.sh`; for the stand-in fork both patches);
+/// `None` for a variant without one (`haswell-dl`).
 pub fn patched_tools_dir(variant: &str) -> Result<Option<PathBuf>, String> {
-    if !matches!(variant, "haswell" | "x64") {
-        return Ok(None);
-    }
-    crate::stock::run_build_script("patched-llama.sh", variant, "llama-completion").map(Some)
+    let patched = match variant {
+        "haswell" | "x64" => variant.to_string(),
+        "fork-haswell" | "fork-x64" => format!("fork-lowbit-{}", &variant["fork-".len()..]),
+        _ => return Ok(None),
+    };
+    crate::stock::run_build_script("patched-llama.sh", &patched, "llama-completion").map(Some)
 }

@@ -49,23 +49,39 @@ impl Build {
 }
 
 /// Stock builds for `e2e`: the two float orders, and the haswell build as release binaries load it
-/// (`GGML_BACKEND_DL=ON`: ggml dlopens the CPU backend).
+/// (`GGML_BACKEND_DL=ON`: ggml dlopens the CPU backend); for PQ2_0 / PTQ1_0 models the stand-in fork
+/// (`ggml-patch/fork-types.patch`) in the two float orders.
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum E2eBuild {
     Haswell,
     X64,
     HaswellDl,
+    ForkHaswell,
+    ForkX64,
+    /// Every build that loads the model: the three stock builds, or the two stand-in forks for a fork model.
     All,
 }
 
 impl E2eBuild {
-    fn variants(self) -> Vec<&'static str> {
-        match self {
+    fn variants(self, kind: ggml_lowbit::ab::e2e::ModelKind) -> Result<Vec<&'static str>> {
+        use ggml_lowbit::ab::e2e::ModelKind;
+        let fork = kind == ModelKind::Fork;
+        Ok(match self {
+            E2eBuild::All if fork => vec!["fork-haswell", "fork-x64"],
+            E2eBuild::All => vec!["haswell", "x64", "haswell-dl"],
+            E2eBuild::ForkHaswell => vec!["fork-haswell"],
+            E2eBuild::ForkX64 => vec!["fork-x64"],
+            _ if fork => {
+                return Err(
+                    "the model has PrismML-fork types (PQ2_0 = 142, PTQ1_0 = 143), which the pinned stock llama.cpp \
+                     cannot load: use --build fork-haswell, fork-x64 or all (the stand-in fork, docs/fork.md)"
+                        .into(),
+                )
+            }
             E2eBuild::Haswell => vec!["haswell"],
             E2eBuild::X64 => vec!["x64"],
             E2eBuild::HaswellDl => vec!["haswell-dl"],
-            E2eBuild::All => vec!["haswell", "x64", "haswell-dl"],
-        }
+        })
     }
 }
 
@@ -366,7 +382,7 @@ fn cmd_e2e(
     lib: Option<PathBuf>,
 ) -> Result<ExitCode> {
     use ggml_lowbit::ab::e2e::{self, Preload, ToolRun};
-    e2e::check_model(model)?;
+    let variants = build.variants(e2e::check_model(model)?)?;
     let model = std::fs::canonicalize(model).map_err(|e| format!("{}: {e}", model.display()))?;
     let lib = default_lib(lib)?;
     {
@@ -390,7 +406,7 @@ fn cmd_e2e(
     // Bandwidth is measured before and after the runs and the higher value kept: on a shared machine it moves
     // (33–55 GB/s here), and the higher ceiling is the stricter yardstick for decode.
     let bw_before = (!no_bench).then(|| e2e::read_bandwidth(threads));
-    for variant in build.variants() {
+    for variant in variants {
         let dir = e2e::tools_dir(variant)?;
         let patched_dir = e2e::patched_tools_dir(variant)?;
         let b = variant.to_string();
