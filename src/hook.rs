@@ -22,18 +22,19 @@ use crate::formats::q1_0::BlockQ1_0;
 use crate::formats::q2_0::BlockQ2_0;
 use crate::formats::q8_0::BlockQ8_0;
 use crate::interpose::{config, next_symbol, Mode};
+use crate::model::{
+    GGML_TYPE_F32, GGML_TYPE_PQ2_0, GGML_TYPE_PTQ1_0, GGML_TYPE_Q1_0, GGML_TYPE_Q2_0,
+};
 use crate::tiles::Rows;
 
 /// ggml versions whose `ggml_compute_params` and `ggml_tensor` layouts this file mirrors (the pinned tree's).
 pub const KNOWN_VERSIONS: [&str; 1] = ["0.25.3"];
 
-const GGML_TYPE_F32: c_int = 0;
-const GGML_TYPE_Q1_0: c_int = 41;
-const GGML_TYPE_Q2_0: c_int = 42;
-/// PrismML's fork formats under the fork's type numbers (no mainline ggml has them; the stand-in fork of
-/// `ggml-patch/fork-types.patch` does).
-const GGML_TYPE_PQ2_0: c_int = 142;
-const GGML_TYPE_PTQ1_0: c_int = 143;
+/// Whether a tensor's `type` field is the ggml type `t` (`crate::model`'s ids; the fork's PQ2_0 = 142 and
+/// PTQ1_0 = 143 exist only in a ggml that has them, such as the stand-in fork of `ggml-patch/fork-types.patch`).
+fn is_type(type_: c_int, t: u32) -> bool {
+    u32::try_from(type_) == Ok(t)
+}
 
 /// A weight format the hook serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +50,7 @@ impl Weights {
     /// stock's (`Kernels::serves_q1_0_over_stock`) or under `GGML_LOWBIT_SERVE_ALL=1`; the fork formats always
     /// (the fork runs them through its generic C).
     fn of(type_: c_int, kernels: &Kernels) -> Option<Weights> {
+        let type_ = u32::try_from(type_).ok()?;
         match type_ {
             GGML_TYPE_Q2_0 => Some(Weights::Q2_0),
             GGML_TYPE_Q1_0 if kernels.serves_q1_0_over_stock() || config().serve_all => {
@@ -90,31 +92,33 @@ impl Weights {
         y: Rows<'_, BlockQ8_0>,
         emit: crate::tiles::Emit<'_>,
     ) {
-        let len = (rows - 1) * stride + nb;
-        // SAFETY: the caller's contract: `len` blocks of this format at `w`; every block type is plain bytes
-        // with alignment 1.
-        unsafe {
-            match self {
-                Weights::Q2_0 => {
-                    let w = std::slice::from_raw_parts(w as *const BlockQ2_0, len);
-                    let x = Rows::new(w, nb, stride, rows).expect("sized above");
-                    kernels.mul_mat_q2_0_q8_0(x, y, emit)
-                }
-                Weights::Q1_0 => {
-                    let w = std::slice::from_raw_parts(w as *const BlockQ1_0, len);
-                    let x = Rows::new(w, nb, stride, rows).expect("sized above");
-                    kernels.mul_mat_q1_0_q8_0(x, y, emit)
-                }
-                Weights::Pq2_0 => {
-                    let w = std::slice::from_raw_parts(w as *const BlockPQ2_0, len);
-                    let x = Rows::new(w, nb, stride, rows).expect("sized above");
-                    kernels.mul_mat_pq2_0_q8_0(x, y, emit)
-                }
-                Weights::Ptq1_0 => {
-                    let w = std::slice::from_raw_parts(w as *const BlockPTQ1_0, len);
-                    let x = Rows::new(w, nb, stride, rows).expect("sized above");
-                    kernels.mul_mat_ptq1_0_q8_0(x, y, emit)
-                }
+        /// The rows as blocks of type `B`.
+        ///
+        /// # Safety
+        /// `(rows − 1)·stride + nb` blocks of `B` at `w`.
+        unsafe fn rows_of<'a, B>(
+            w: *const u8,
+            (nb, stride, rows): (usize, usize, usize),
+        ) -> Rows<'a, B> {
+            let len = (rows - 1) * stride + nb;
+            // SAFETY: the caller's contract; every block type is plain bytes with alignment 1.
+            let w = unsafe { std::slice::from_raw_parts(w as *const B, len) };
+            Rows::new(w, nb, stride, rows).expect("sized above")
+        }
+        let shape = (nb, stride, rows);
+        // SAFETY (each arm): the caller's contract, for this format's block type.
+        match self {
+            Weights::Q2_0 => {
+                kernels.mul_mat_q2_0_q8_0(unsafe { rows_of::<BlockQ2_0>(w, shape) }, y, emit)
+            }
+            Weights::Q1_0 => {
+                kernels.mul_mat_q1_0_q8_0(unsafe { rows_of::<BlockQ1_0>(w, shape) }, y, emit)
+            }
+            Weights::Pq2_0 => {
+                kernels.mul_mat_pq2_0_q8_0(unsafe { rows_of::<BlockPQ2_0>(w, shape) }, y, emit)
+            }
+            Weights::Ptq1_0 => {
+                kernels.mul_mat_ptq1_0_q8_0(unsafe { rows_of::<BlockPTQ1_0>(w, shape) }, y, emit)
             }
         }
     }
@@ -241,8 +245,8 @@ fn hook() -> &'static Hook {
 fn weight_operands(src0: &GgmlTensor, src1: &GgmlTensor, dst: &GgmlTensor) -> Option<Weights> {
     let w = Weights::of(src0.type_, &config().kernels)?;
     let (qk, bytes) = (w.qk() as i64, w.block_bytes());
-    let ok = src1.type_ == GGML_TYPE_F32
-        && dst.type_ == GGML_TYPE_F32
+    let ok = is_type(src1.type_, GGML_TYPE_F32)
+        && is_type(dst.type_, GGML_TYPE_F32)
         && src0.ne[0] > 0
         && src0.ne[0] % qk == 0
         && src1.ne[0] == src0.ne[0]

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use crate::model::{GGML_TYPE_PQ2_0, GGML_TYPE_PTQ1_0};
+
 /// Weight types the library accelerates; a model whose matrices are all something else is refused.
 pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 11] = [
     (42, "q2_0"),
@@ -17,12 +19,12 @@ pub const SUPPORTED_WEIGHT_TYPES: [(u32, &str); 11] = [
     (22, "iq2_s"),
     (18, "iq3_xxs"),
     (21, "iq3_s"),
-    (142, "pq2_0"),
-    (143, "ptq1_0"),
+    (GGML_TYPE_PQ2_0, "pq2_0"),
+    (GGML_TYPE_PTQ1_0, "ptq1_0"),
 ];
 
 /// PrismML's fork formats: only the stand-in fork (`scripts/patched-llama.sh fork-*`) loads them.
-pub const FORK_WEIGHT_TYPES: [u32; 2] = [142, 143];
+pub const FORK_WEIGHT_TYPES: [u32; 2] = [GGML_TYPE_PQ2_0, GGML_TYPE_PTQ1_0];
 
 /// What `check_model` found: whether the model needs a build that knows the fork's types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
