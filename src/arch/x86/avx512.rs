@@ -646,9 +646,15 @@ unsafe fn batch_block_scales<const BYTES: usize, const D0_AT: usize>(xb: *const 
 
 /// The driver shared by the fork's 128-weight formats (PQ2_0, PTQ1_0): four blocks (eight 64-weight groups)
 /// per batch through `group_sums`, then each block's four-step `sumi` (the four blocks side by side in one
-/// 128-bit vector) and the `sumf` step, software-pipelined like the Q2_0 kernel. `weights(b, h)` gives half `h` of
-/// block `b`'s weights (bytes 0..=3); block `b` is `BYTES` bytes at `xp`, its f16 scale at byte `D0_AT`. Returns
-/// the running sum after `4·batches` blocks; the caller finishes the tail with its format's chain.
+/// 128-bit vector) and the `sumf` step. `weights(b, h)` gives half `h` of block `b`'s weights (bytes 0..=3);
+/// block `b` is `BYTES` bytes at `xp`, its f16 scale at byte `D0_AT`. Returns the running sum after
+/// `4·batches` blocks; the caller finishes the tail with its format's chain.
+///
+/// Software-pipelined in three steps per iteration: batch `k`'s products and reduction, then the weights of
+/// batch `k + 1` (decoded a batch ahead), then batch `k − 1`'s float chain. Decoding a batch ahead took PTQ1_0
+/// from 6.2 to 5.7 ns per block (its digit decode is a long dependent chain the out-of-order window did not
+/// overlap with the products; `docs/PERFORMANCE.md`). The x weights are prefetched 32 blocks ahead
+/// (`prefetchnta`), which keeps the q8_0 column in L1 on long rows.
 ///
 /// Groups are ordered so that quarter `k` of block `p` lands in lane `4k + p`: group `4h + p` is half `h` of
 /// block `p`, so `group_sums` puts its halves (quarters `2h`, `2h + 1`) in lanes `8h + p` and `8h + 4 + p`.
@@ -673,30 +679,40 @@ unsafe fn fork_block_batches<const FMA: bool, const BYTES: usize, const D0_AT: u
         }
         order
     });
-    // SAFETY (both closures): batch k < batches covers blocks 4k..4k+4 and q8_0 blocks 16k..16k+16, inside
-    // what the caller guarantees; this function's target features cover the helpers'.
-    pipelined_one_site(
-        batches,
-        0.0,
-        |k| unsafe {
+    if batches == 0 {
+        return 0.0;
+    }
+    // SAFETY (whole loop): batch k < batches covers blocks 4k..4k+4 and q8_0 blocks 16k..16k+16, inside what
+    // the caller guarantees; the prefetch addresses may lie past the row (`wrapping_add`, and a prefetch never
+    // faults or reads into the program); this function's target features cover the helpers'.
+    unsafe {
+        let decode =
+            |k: usize| -> [__m512i; 8] { std::array::from_fn(|g| weights(4 * k + g % 4, g / 4)) };
+        let mut sumf = 0.0f32;
+        let mut w_next = decode(0);
+        let mut pending: Option<(__m512, __m512, __m128)> = None;
+        for k in 0..batches {
+            let w = w_next;
             let yb = yp.add(16 * k * Q8_BYTES);
+            _mm_prefetch::<_MM_HINT_NTA>(xp.wrapping_add((4 * k + 32) * BYTES) as *const i8);
+            _mm_prefetch::<_MM_HINT_NTA>(xp.wrapping_add((4 * k + 34) * BYTES) as *const i8);
             let s = group_sums(|g| {
                 let (p, h) = (g % 4, g / 4);
-                (
-                    weights(4 * k + p, h),
-                    yb.add((4 * p + 2 * h) * Q8_BYTES + 2),
-                )
+                (w[g], yb.add((4 * p + 2 * h) * Q8_BYTES + 2))
             });
             let d1 = group_d1(yb, &QUARTER_MAJOR);
             let d0 = batch_block_scales::<BYTES, D0_AT>(xp.add(4 * k * BYTES));
-            (s, d1, d0)
-        },
-        // The four-step `sumi` runs here, after the next batch's vector work has been issued, not at the end of
-        // its own batch's work (PQ2_0 measured 3 % faster so; `docs/PERFORMANCE.md`).
-        |sumf, (s, d1, d0): (__m512, __m512, __m128)| unsafe {
-            fork_chain_step::<FMA>(sumf, s, d1, d0)
-        },
-    )
+            if k + 1 < batches {
+                w_next = decode(k + 1);
+            }
+            if let Some((s, d1, d0)) = pending.take() {
+                sumf = fork_chain_step::<FMA>(sumf, s, d1, d0);
+            }
+            pending = Some((s, d1, d0));
+        }
+        let (s, d1, d0) = pending.unwrap();
+        fork_chain_step::<FMA>(sumf, s, d1, d0)
+    }
 }
 
 /// One batch of the fork formats' float chain, in the fork's order: each of the four blocks' `sumi` over its
@@ -1904,18 +1920,20 @@ const IQ_SCALE_PERM: [[u16; 32]; 4] = {
     t
 };
 
-/// The sixteen i32 partials of one IQ block against its q8_K block (lanes 0..8 the even 32-weight chunks,
-/// 8..16 the odd ones; lanes `m` and `m + 8` together are the haswell kernels' lane `m`), the sign applied to
-/// the q8 byte under a k-mask with wrap-around (as stock's `sign_epi8`). Without `HASWELL`, `negated_min`
-/// collects the elements where a −128 was negated (the x64 build does not wrap there).
+/// One IQ block decoded: its scales as words, its four groups' magnitude bytes and sign masks.
+#[derive(Clone, Copy)]
+struct IqDecoded {
+    s16: __m512i,
+    magnitudes: [__m512i; 4],
+    negate: [u64; 4],
+}
+
+/// Decodes block `b` (`IqDecode`) for `iq_block_partials`; the sign bytes leave as four 64-bit masks, so the
+/// decode of the next block can run ahead while this one's products are computed.
 #[inline(always)]
-unsafe fn iq_block_partials<B: IqDecode, const HASWELL: bool>(
-    b: &B,
-    q: &BlockQ8K,
-    negated_min: &mut u64,
-) -> __m512i {
-    // SAFETY (whole body): every load is inside `q` (292 bytes) or a static table, the block's own loads are
-    // its decoder's; features are enabled by the calling kernel.
+unsafe fn iq_decode_block<B: IqDecode>(b: &B) -> IqDecoded {
+    // SAFETY (whole body): the decoder's loads are inside the block or static tables; the sign bytes are 32
+    // bytes of `scratch` or of the block; features are enabled by the calling kernel.
     unsafe {
         // The scales as words once per block, so each group's scale words are one `vpermw` (a zero-masked
         // `vpermb` on the bytes costs the compiler a `vpermb` and a `vpandq`).
@@ -1923,18 +1941,39 @@ unsafe fn iq_block_partials<B: IqDecode, const HASWELL: bool>(
         let magnitudes = b.magnitudes();
         let mut scratch = [0u8; 32];
         let signs = b.sign_bytes(&mut scratch).as_ptr();
+        let negate = std::array::from_fn(|c| (signs.add(8 * c) as *const u64).read_unaligned());
+        IqDecoded {
+            s16,
+            magnitudes,
+            negate,
+        }
+    }
+}
+
+/// The sixteen i32 partials of one IQ block against its q8_K block (lanes 0..8 the even 32-weight chunks,
+/// 8..16 the odd ones; lanes `m` and `m + 8` together are the haswell kernels' lane `m`), the sign applied to
+/// the q8 byte under a k-mask with wrap-around (as stock's `sign_epi8`). Without `HASWELL`, `negated_min`
+/// collects the elements where a −128 was negated (the x64 build does not wrap there).
+#[inline(always)]
+unsafe fn iq_block_partials<const HASWELL: bool>(
+    d: &IqDecoded,
+    q: &BlockQ8K,
+    negated_min: &mut u64,
+) -> __m512i {
+    // SAFETY (whole body): every load is inside `q` (292 bytes) or a static table; features are enabled by the
+    // calling kernel.
+    unsafe {
         let q8p = q.qs.as_ptr() as *const u8;
         let mut acc = _mm512_setzero_si512();
-        for c in 0..4 {
+        for (c, (&neg, &magnitudes)) in d.negate.iter().zip(&d.magnitudes).enumerate() {
             let q8 = _mm512_loadu_si512(q8p.add(64 * c) as *const _);
-            let neg: __mmask64 = (signs.add(8 * c) as *const u64).read_unaligned();
             if !HASWELL {
                 *negated_min |= _mm512_mask_cmpeq_epi8_mask(neg, q8, _mm512_set1_epi8(-128));
             }
             let q8s = _mm512_mask_sub_epi8(q8, neg, _mm512_setzero_si512(), q8);
-            let pairs = _mm512_maddubs_epi16(magnitudes[c], q8s);
+            let pairs = _mm512_maddubs_epi16(magnitudes, q8s);
             let perm = _mm512_loadu_si512(IQ_SCALE_PERM[c].as_ptr() as *const _);
-            let scale = _mm512_permutexvar_epi16(perm, s16);
+            let scale = _mm512_permutexvar_epi16(perm, d.s16);
             acc = _mm512_dpwssd_epi32(acc, pairs, scale);
         }
         acc
@@ -1942,9 +1981,10 @@ unsafe fn iq_block_partials<B: IqDecode, const HASWELL: bool>(
 }
 
 /// `ggml_vec_dot_*_q8_K` of an IQ format in the haswell build's eight-lane order (`HASWELL`) or the x64
-/// build's chain: per block the format's decode (`IqDecode`), the signs as a k-mask on the q8 bytes,
-/// `vpmaddubsw` and `vpdpwssd` against the scales. The x64 order's rare negated −128 (never written by the
-/// quantizer) sends the row to the model.
+/// build's chain: per block the format's decode (`IqDecode`, issued a block ahead of its products so the
+/// lookups overlap the previous block's arithmetic), the signs as a k-mask on the q8 bytes, `vpmaddubsw` and
+/// `vpdpwssd` against the scales. The x64 order's rare negated −128 (never written by the quantizer) sends the
+/// row to the model.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= x.len()`.
@@ -1956,12 +1996,19 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool>(x: &[B], y: &[Bl
         let mut acc = _mm256_setzero_ps();
         let mut sumf = 0f32;
         let mut negated_min = 0u64;
-        for (xb, yb) in x.iter().zip(y) {
-            let p = iq_block_partials::<B, HASWELL>(xb, yb, &mut negated_min);
-            // Lanes m and m + 8 together are stock haswell's lane m.
-            let lanes =
-                _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64::<1>(p));
-            iq_block_float_step::<HASWELL>(&mut acc, &mut sumf, iq::block_scale(xb, yb), lanes);
+        if let Some(first) = x.first() {
+            let mut next = iq_decode_block(first);
+            for (i, (xb, yb)) in x.iter().zip(y).enumerate() {
+                let cur = next;
+                if let Some(after) = x.get(i + 1) {
+                    next = iq_decode_block(after);
+                }
+                let p = iq_block_partials::<HASWELL>(&cur, yb, &mut negated_min);
+                // Lanes m and m + 8 together are stock haswell's lane m.
+                let lanes =
+                    _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64::<1>(p));
+                iq_block_float_step::<HASWELL>(&mut acc, &mut sumf, iq::block_scale(xb, yb), lanes);
+            }
         }
         iq_row_result::<B, HASWELL>(acc, sumf, negated_min != 0, x, y)
     }
