@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{hsum_epi32, iq_block_float_step, iq_row_result, pipelined};
+use super::{hsum_epi32, iq_block_float_step, iq_row_result, pipelined, prefetch_ahead};
 use crate::formats::iq::{self, IqBlock};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
@@ -394,6 +394,7 @@ unsafe fn q2_tile_rows<const FMA: bool, const R: usize>(
         for (k, p) in prep.iter().enumerate().skip(1) {
             let mut next = [zero; R];
             for r in 0..R {
+                prefetch_ahead(rows[r].wrapping_add(8 * k * Q2_BYTES), 8 * Q2_BYTES);
                 next[r] = q2_tile_terms::<FMA>(rows[r].add(8 * k * Q2_BYTES), p);
             }
             for r in 0..R {

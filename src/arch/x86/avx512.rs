@@ -20,7 +20,9 @@
 
 use std::arch::x86_64::*;
 
-use super::{hsum_epi32, iq_block_float_step, iq_row_result, pipelined, pipelined_one_site};
+use super::{
+    hsum_epi32, iq_block_float_step, iq_row_result, pipelined, pipelined_one_site, prefetch_ahead,
+};
 use crate::formats::iq::{self, IqBlock};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
@@ -269,7 +271,10 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     // slices; this function's target features cover the helpers'.
     let sumf = pipelined(
         batches,
-        |k| unsafe { q2_batch_terms::<FMA>(xp.add(8 * k * Q2_BYTES), yp.add(16 * k * Q8_BYTES)) },
+        |k| unsafe {
+            prefetch_ahead(xp.wrapping_add(8 * k * Q2_BYTES), 8 * Q2_BYTES);
+            q2_batch_terms::<FMA>(xp.add(8 * k * Q2_BYTES), yp.add(16 * k * Q8_BYTES))
+        },
         |sumf, terms| unsafe { q2_batch_chain::<FMA>(sumf, terms) },
     );
     // Up to seven blocks left: the scalar chain continues with the same float order.
@@ -538,6 +543,7 @@ unsafe fn q2_tile_rows<const FMA: bool, const R: usize, const C: usize>(
         for k in 1..batches {
             let mut next = [[zero; C]; R];
             for r in 0..R {
+                prefetch_ahead(rows[r].wrapping_add(8 * k * Q2_BYTES), 8 * Q2_BYTES);
                 next[r] = q2_tile_terms::<FMA, C>(rows[r].add(8 * k * Q2_BYTES), batch(k));
             }
             for r in 0..R {
@@ -653,8 +659,8 @@ unsafe fn batch_block_scales<const BYTES: usize, const D0_AT: usize>(xb: *const 
 /// Software-pipelined in three steps per iteration: batch `k`'s products and reduction, then the weights of
 /// batch `k + 1` (decoded a batch ahead), then batch `k − 1`'s float chain. Decoding a batch ahead took PTQ1_0
 /// from 6.2 to 5.7 ns per block (its digit decode is a long dependent chain the out-of-order window did not
-/// overlap with the products; `docs/PERFORMANCE.md`). The x weights are prefetched 32 blocks ahead
-/// (`prefetchnta`), which keeps the q8_0 column in L1 on long rows.
+/// overlap with the products; `docs/PERFORMANCE.md`). The x weights are prefetched `X_PREFETCH_AHEAD` bytes
+/// ahead (`prefetch_ahead`).
 ///
 /// Groups are ordered so that quarter `k` of block `p` lands in lane `4k + p`: group `4h + p` is half `h` of
 /// block `p`, so `group_sums` puts its halves (quarters `2h`, `2h + 1`) in lanes `8h + p` and `8h + 4 + p`.
@@ -694,8 +700,7 @@ unsafe fn fork_block_batches<const FMA: bool, const BYTES: usize, const D0_AT: u
         for k in 0..batches {
             let w = w_next;
             let yb = yp.add(16 * k * Q8_BYTES);
-            _mm_prefetch::<_MM_HINT_NTA>(xp.wrapping_add((4 * k + 32) * BYTES) as *const i8);
-            _mm_prefetch::<_MM_HINT_NTA>(xp.wrapping_add((4 * k + 34) * BYTES) as *const i8);
+            prefetch_ahead(xp.wrapping_add(4 * k * BYTES), 4 * BYTES);
             let s = group_sums(|g| {
                 let (p, h) = (g % 4, g / 4);
                 (w[g], yb.add((4 * p + 2 * h) * Q8_BYTES + 2))
@@ -798,6 +803,7 @@ unsafe fn fork_tile_rows<
             let mut s = [[_mm512_setzero_ps(); R]; C];
             let d0: [__m128; R] = std::array::from_fn(|r| {
                 let xb = rows[r].add(4 * k * BYTES);
+                prefetch_ahead(xb, 4 * BYTES);
                 let w: [__m512i; 8] =
                     std::array::from_fn(|g| weights(xb.add((g % 4) * BYTES), g / 4));
                 for j in 0..C {
@@ -980,6 +986,7 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
         let mut acc = _mm256_setzero_ps();
         for i in 0..x.len() {
             let xb = xp.add(i * Q1_BYTES);
+            prefetch_ahead(xb, Q1_BYTES);
             let yb = yp.add(4 * i * Q8_BYTES);
             let y = |k: usize| yb.add(k * Q8_BYTES);
             let (s0, s1) = q1_quarter_pair_lanes(xb.add(2), y(0).add(2), y(1).add(2));
@@ -1036,6 +1043,7 @@ unsafe fn q1_tile_rows<const R: usize, const C: usize>(
             let c: [&Q1ColumnBlock; C] = std::array::from_fn(|j| &cols[j][i]);
             for r in 0..R {
                 let xb = rows[r].add(i * Q1_BYTES);
+                prefetch_ahead(xb, Q1_BYTES);
                 let d0 = broadcast_half(xb);
                 // The row's sign bytes, shared by the columns.
                 let w: [__m512i; 2] = [0, 1].map(|g| {
@@ -1999,6 +2007,7 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool>(x: &[B], y: &[Bl
         if let Some(first) = x.first() {
             let mut next = iq_decode_block(first);
             for (i, (xb, yb)) in x.iter().zip(y).enumerate() {
+                prefetch_ahead(xb as *const B as *const u8, size_of::<B>());
                 let cur = next;
                 if let Some(after) = x.get(i + 1) {
                     next = iq_decode_block(after);
@@ -2139,6 +2148,10 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
         let mut largest_bsum = _mm256_setzero_si256();
         let ones = _mm512_set1_epi8(1);
         for (xb, yb) in x.iter().zip(y) {
+            prefetch_ahead(
+                xb as *const BlockTQ1_0 as *const u8,
+                size_of::<BlockTQ1_0>(),
+            );
             let packed = _mm512_maskz_loadu_epi8(
                 0x000f_ffff_ffff_ffff,
                 xb as *const BlockTQ1_0 as *const i8,

@@ -2,6 +2,31 @@
 pub mod avx2;
 pub mod avx512;
 
+/// How far ahead of the block being multiplied the row kernels prefetch their weights, in bytes (about 64 blocks
+/// of the fork's formats, 20–30 of the IQ formats). Rows are adjacent in memory, so near a row's end this
+/// fetches the start of the next row, which the next call reads.
+const X_PREFETCH_AHEAD: usize = 2048;
+
+/// Prefetches into L1 (`prefetcht0`) every cache line of the `span` bytes that start `X_PREFETCH_AHEAD` bytes
+/// after `p`, when a kernel is about to read the `span` bytes at `p`. Consecutive calls over a row cover every
+/// line of it. The weights stream from L3 or memory (a 4096×4096 IQ matrix is larger than L2); without it the
+/// Intel Xeon (Emerald Rapids) machine spent a fifth of the fork formats' time waiting for them, where
+/// `prefetchnta` 32 blocks ahead had been enough on Zen 4 (`docs/PERFORMANCE.md`).
+#[inline(always)]
+pub(crate) fn prefetch_ahead(p: *const u8, span: usize) {
+    let mut o = 0;
+    while o < span {
+        // SAFETY: a prefetch is a hint: it never faults and never makes the program read the address, which
+        // may lie past the row (`wrapping_add`); SSE is part of x86-64.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                p.wrapping_add(X_PREFETCH_AHEAD + o) as *const i8,
+            )
+        };
+        o += 64;
+    }
+}
+
 /// The software pipelining the SIMD Q2_0 and PQ2_0 kernels use: batch `k + 1`'s work that does not depend on the running
 /// sum (`terms`) is issued before batch `k`'s sequential float chain (`chain`), so the chain (4 cycles per block)
 /// overlaps the next batch's vector work instead of waiting behind it.
