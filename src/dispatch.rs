@@ -6,7 +6,11 @@
 //!   stock symbols shows (`interpose.rs`); else the build a release llama.cpp would load on this CPU
 //!   (AVX2+FMA+F16C → haswell, else x64).
 //!
-//! An unknown value in either variable is a configuration error: the library says so on stderr and aborts
+//! - IQ2 grid lookups (AVX-512 only): `vpgatherdq` of the 8-byte grid entries on Intel CPUs, the permute lookup
+//!   of the 16-bit codes elsewhere (`iq_gathers`); `GGML_LOWBIT_IQ_GATHER=0|1` overrides, for measurement. Both
+//!   give the same bits.
+//!
+//! An unknown value in any of these variables is a configuration error: the library says so on stderr and aborts
 //! rather than return bits from a build the user did not ask for.
 
 use std::sync::OnceLock;
@@ -95,6 +99,8 @@ pub fn default_order() -> FloatOrder {
 pub struct Kernels {
     pub isa: Isa,
     pub order: FloatOrder,
+    /// Whether the AVX-512 IQ2 kernels gather their grid entries (`iq_gathers`); false on other instruction sets.
+    pub iq_gather: bool,
     vec_dot_q2_0_q8_0: unsafe fn(&[BlockQ2_0], &[BlockQ8_0]) -> f32,
     quantize_row_q8_0: unsafe fn(&[f32], &mut [BlockQ8_0]),
     dequantize_row_q2_0: unsafe fn(&[BlockQ2_0], &mut [f32]),
@@ -168,14 +174,50 @@ iq_format!(BlockIQ2S, vec_dot_iq2_s_q8_k, true);
 iq_format!(BlockIQ3XXS, vec_dot_iq3_xxs_q8_k, true);
 iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k, true);
 
-/// The AVX-512 IQ kernel of the order `haswell` says.
+/// Whether the AVX-512 IQ2 kernels fetch grid entries with gathers: on Intel CPUs, where the permute lookups
+/// run out of shuffle throughput (one shuffle port) while a gather of eight entries costs a few cycles of load
+/// ports (Emerald Rapids Xeon, 2026-12-01: IQ2_XS 1.3× → 1.9× stock haswell, `docs/iq.md`); not on AMD, whose
+/// Zen 4 microcodes gathers into many slow micro-ops. `GGML_LOWBIT_IQ_GATHER=0|1` overrides. Decided once.
+pub fn iq_gathers() -> bool {
+    static GATHERS: OnceLock<bool> = OnceLock::new();
+    *GATHERS.get_or_init(|| {
+        let parse = |v: &str| match v {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        };
+        env_choice("GGML_LOWBIT_IQ_GATHER", parse, "0, 1").unwrap_or_else(cpu_is_intel)
+    })
+}
+
+/// Whether the CPU's vendor string is `GenuineIntel`.
+fn cpu_is_intel() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
+        #[allow(unused_unsafe)]
+        let id = unsafe { std::arch::x86_64::__cpuid(0) };
+        let mut vendor = [0u8; 12];
+        vendor[..4].copy_from_slice(&id.ebx.to_le_bytes());
+        vendor[4..8].copy_from_slice(&id.edx.to_le_bytes());
+        vendor[8..].copy_from_slice(&id.ecx.to_le_bytes());
+        &vendor == b"GenuineIntel"
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The AVX-512 IQ kernel of the order `haswell` says, with grid gathers or permute lookups.
 #[cfg(target_arch = "x86_64")]
-fn avx512_iq<B: IqFormat>(haswell: bool) -> IqDot<B> {
+fn avx512_iq<B: IqFormat>(haswell: bool, gather: bool) -> IqDot<B> {
     use crate::arch::x86::avx512;
-    if haswell {
-        avx512::vec_dot_iq_q8_k::<B, true>
-    } else {
-        avx512::vec_dot_iq_q8_k::<B, false>
+    match (haswell, gather) {
+        (true, true) => avx512::vec_dot_iq_q8_k::<B, true, true>,
+        (true, false) => avx512::vec_dot_iq_q8_k::<B, true, false>,
+        (false, true) => avx512::vec_dot_iq_q8_k::<B, false, true>,
+        (false, false) => avx512::vec_dot_iq_q8_k::<B, false, false>,
     }
 }
 
@@ -202,6 +244,12 @@ fn iq_model<B: IqBlock>(haswell: bool) -> IqDot<B> {
 impl Kernels {
     /// The table for `order` on the best of `isa` and what the CPU has.
     pub fn new(isa: Isa, order: FloatOrder) -> Kernels {
+        Kernels::with_iq_gathers(isa, order, iq_gathers())
+    }
+
+    /// `new` with the IQ2 grid lookup chosen by `gather` instead of by the CPU (both give the same bits; the
+    /// tests run both).
+    pub fn with_iq_gathers(isa: Isa, order: FloatOrder, gather: bool) -> Kernels {
         let isa = isa.min(detected_isa());
         #[cfg(target_arch = "x86_64")]
         {
@@ -212,6 +260,7 @@ impl Kernels {
                     return Kernels {
                         isa,
                         order,
+                        iq_gather: gather,
                         vec_dot_q2_0_q8_0: if haswell {
                             avx512::vec_dot_q2_0_q8_0::<true>
                         } else {
@@ -268,11 +317,11 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_tq1_0_q8_k::<false>
                         },
-                        vec_dot_iq2_xxs_q8_k: avx512_iq(haswell),
-                        vec_dot_iq2_xs_q8_k: avx512_iq(haswell),
-                        vec_dot_iq2_s_q8_k: avx512_iq(haswell),
-                        vec_dot_iq3_xxs_q8_k: avx512_iq(haswell),
-                        vec_dot_iq3_s_q8_k: avx512_iq(haswell),
+                        vec_dot_iq2_xxs_q8_k: avx512_iq(haswell, gather),
+                        vec_dot_iq2_xs_q8_k: avx512_iq(haswell, gather),
+                        vec_dot_iq2_s_q8_k: avx512_iq(haswell, gather),
+                        vec_dot_iq3_xxs_q8_k: avx512_iq(haswell, gather),
+                        vec_dot_iq3_s_q8_k: avx512_iq(haswell, gather),
                         quantize_row_q8_k: avx512::quantize_row_q8_k,
                     }
                 }
@@ -280,6 +329,7 @@ impl Kernels {
                     return Kernels {
                         isa,
                         order,
+                        iq_gather: false,
                         vec_dot_q2_0_q8_0: if haswell {
                             avx2::vec_dot_q2_0_q8_0::<true>
                         } else {
@@ -341,6 +391,8 @@ impl Kernels {
                 Isa::Scalar => {}
             }
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = gather;
         Kernels::scalar(order)
     }
 
@@ -350,6 +402,7 @@ impl Kernels {
         Kernels {
             isa: Isa::Scalar,
             order,
+            iq_gather: false,
             vec_dot_q2_0_q8_0: if haswell {
                 q2_0::vec_dot_q2_0_q8_0_fma_model
             } else {

@@ -264,6 +264,7 @@ pub enum Subject {
 impl Subject {
     pub fn name(&self) -> String {
         match self {
+            Subject::Kernels(k) if k.iq_gather => format!("rlib/{}+gather", k.isa.name()),
             Subject::Kernels(k) => format!("rlib/{}", k.isa.name()),
             Subject::C { name, .. } => name.clone(),
         }
@@ -565,7 +566,18 @@ pub fn rlib_subjects(order: FloatOrder) -> Vec<Subject> {
     Isa::ALL
         .into_iter()
         .filter(|&i| i <= best)
-        .map(|i| Subject::Kernels(Kernels::new(i, order)))
+        .flat_map(|i| {
+            // AVX-512 twice: with the IQ2 grid gathers and with the permute lookups (`dispatch::iq_gathers`
+            // picks one per CPU; both must give stock's bits on every CPU).
+            let variants: &[bool] = if i == Isa::Avx512 {
+                &[true, false]
+            } else {
+                &[false]
+            };
+            variants
+                .iter()
+                .map(move |&g| Subject::Kernels(Kernels::with_iq_gathers(i, order, g)))
+        })
         .collect()
 }
 

@@ -30,8 +30,8 @@ use crate::formats::iq2_xxs::BlockIQ2XXS;
 use crate::formats::iq3_s::BlockIQ3S;
 use crate::formats::iq3_xxs::BlockIQ3XXS;
 use crate::formats::iq_grids::{
-    GridCodes, IQ2S_GRID, IQ2XS_CODES, IQ2XXS_CODES, IQ2_LEVELS, IQ3S_CODES, IQ3S_LEVELS,
-    IQ3XXS_CODES, IQ3XXS_LEVELS, KSIGNS_IQ2XS,
+    GridCodes, IQ2S_GRID, IQ2XS_CODES, IQ2XS_GRID, IQ2XXS_CODES, IQ2XXS_GRID, IQ2_LEVELS,
+    IQ3S_CODES, IQ3S_LEVELS, IQ3XXS_CODES, IQ3XXS_LEVELS, KSIGNS_IQ2XS,
 };
 use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
 use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
@@ -1157,6 +1157,52 @@ unsafe fn tq2_block_sums(codes: *const u8, q: *const u8) -> (__m256i, __m256i) {
     }
 }
 
+/// The haswell kernel's eight i32 lanes of one TQ2_0 block (`Σ c·q` minus the pair sums of `bsums`), in 512-bit
+/// vectors: each 32-byte code half is broadcast to both halves of a vector (a load, no shuffle); one AND keeps
+/// fields 0 and 1 (or 2 and 3) in place, which meet 64 contiguous quants, so four ANDs and four `vpdpbusd`
+/// cover the block. Field `l` is in place (`c·4^l`) and every partial is a multiple of `4^l`, so one variable
+/// arithmetic shift per accumulator takes the powers off exactly; the accumulator of fields 0/1 starts from
+/// `−(bsums[2L] + bsums[2L + 1])` (one `vpmaddwd`). `largest` keeps the running `max |bsums|` for the wrap test.
+///
+/// # Safety
+/// 64 code bytes at `codes`, 256 quants at `q`, 16 bsums at `bsums`; the calling kernel enables the features.
+#[inline(always)]
+unsafe fn tq2_block_lanes_haswell(
+    codes: *const u8,
+    q: *const u8,
+    bsums: *const u8,
+    largest: &mut __m256i,
+) -> __m256i {
+    // SAFETY (whole body): reads inside the block, its quants and its bsums; features from the caller.
+    unsafe {
+        let fields01 = _mm512_inserti64x4::<1>(_mm512_set1_epi8(0x03), _mm256_set1_epi8(0x0c));
+        let fields23 =
+            _mm512_inserti64x4::<1>(_mm512_set1_epi8(0x30), _mm256_set1_epi8(0xc0u8 as i8));
+        let shifts01 = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi32(2));
+        let shifts23 = _mm512_inserti64x4::<1>(_mm512_set1_epi32(4), _mm256_set1_epi32(6));
+        let c0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(codes as *const __m256i));
+        let c1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(codes.add(32) as *const __m256i));
+        let bs = _mm256_loadu_si256(bsums as *const __m256i);
+        *largest = _mm256_max_epu16(*largest, _mm256_abs_epi16(bs));
+        let neg_pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(-1));
+        let q_at = |k: usize| _mm512_loadu_si512(q.add(64 * k) as *const __m512i);
+        let mut a01 = _mm512_zextsi256_si512(neg_pairs);
+        a01 = _mm512_dpbusd_epi32(a01, _mm512_and_si512(c0, fields01), q_at(0));
+        a01 = _mm512_dpbusd_epi32(a01, _mm512_and_si512(c1, fields01), q_at(2));
+        let mut a23 = _mm512_dpbusd_epi32(
+            _mm512_setzero_si512(),
+            _mm512_and_si512(c0, fields23),
+            q_at(1),
+        );
+        a23 = _mm512_dpbusd_epi32(a23, _mm512_and_si512(c1, fields23), q_at(3));
+        let s = _mm512_add_epi32(
+            _mm512_srav_epi32(a01, shifts01),
+            _mm512_srav_epi32(a23, shifts23),
+        );
+        _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s))
+    }
+}
+
 /// `ggml_vec_dot_tq2_0_q8_K` with the haswell build's order (`HASWELL = true`) or the x64 build's.
 ///
 /// Haswell: `tq2_block_sums` gives `Σ c·q` per lane; stock subtracts `bsums` in sixteen i16 lanes with
@@ -1179,14 +1225,17 @@ pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[Blo
         let mut sumf = 0f32;
         let mut largest_bsum = _mm256_setzero_si256();
         for (xb, yb) in x.iter().zip(y) {
-            let (cq, sq) = tq2_block_sums(xb.qs.as_ptr(), yb.qs.as_ptr() as *const u8);
             let d = tq2_0::block_scale(xb, yb);
             if HASWELL {
-                let bs = _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i);
-                largest_bsum = _mm256_max_epu16(largest_bsum, _mm256_abs_epi16(bs));
-                let lanes = _mm256_sub_epi32(cq, _mm256_madd_epi16(bs, _mm256_set1_epi16(1)));
+                let lanes = tq2_block_lanes_haswell(
+                    xb.qs.as_ptr(),
+                    yb.qs.as_ptr() as *const u8,
+                    yb.bsums.as_ptr() as *const u8,
+                    &mut largest_bsum,
+                );
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d), acc);
             } else {
+                let (cq, sq) = tq2_block_sums(xb.qs.as_ptr(), yb.qs.as_ptr() as *const u8);
                 sumf += hsum_epi32(_mm256_sub_epi32(cq, sq)) as f32 * d;
             }
         }
@@ -1405,11 +1454,13 @@ pub unsafe fn quantize_row_q8_0<const AVX_ORDER: bool>(x: &[f32], y: &mut [Block
 /// One IQ format's block decode for `vec_dot_iq_q8_k`: the weights' magnitudes, signs and scales, each
 /// format from its own fields (`formats/iq*.rs`).
 pub trait IqDecode: IqBlock {
-    /// The 256 grid magnitudes (unsigned bytes) in element order, 64 per zmm.
+    /// The 256 grid magnitudes (unsigned bytes) in element order, 64 per zmm. With `GATHER` the IQ2 formats
+    /// fetch their 8-byte grid entries with `vpgatherdq` (fast on Intel, where the permute lookups are short of
+    /// shuffle throughput; microcoded and slow on Zen 4), else they look up and expand the 16-bit codes.
     ///
     /// # Safety
     /// Only inside `vec_dot_iq_q8_k`, which enables the features these use (AVX-512 F/BW/VL/VBMI, GFNI).
-    unsafe fn magnitudes(&self) -> [__m512i; 4];
+    unsafe fn magnitudes<const GATHER: bool>(&self) -> [__m512i; 4];
     /// The 32 sign bytes (bit `e % 8` of byte `e / 8` set: element `e` is negative): the block's own bytes
     /// where it stores them so, else computed into `scratch`. The kernel reads them per 64 weights as a k-mask
     /// straight from memory.
@@ -1738,7 +1789,7 @@ const IQ2S_QH_SHIFT: [u8; 64] = {
 
 impl IqDecode for BlockIQ2S {
     #[inline(always)]
-    unsafe fn magnitudes(&self) -> [__m512i; 4] {
+    unsafe fn magnitudes<const GATHER: bool>(&self) -> [__m512i; 4] {
         // SAFETY (whole body): the loads read `qs[0..32]` and `qh` of the block; the indices
         // `qs[g] | ((qh >> 2g) & 3) << 8` are 10 bits, inside the 1024-entry grid.
         unsafe {
@@ -1750,6 +1801,16 @@ impl IqDecode for BlockIQ2S {
             let idx = _mm512_ternarylogic_epi32::<0xf8>(low, high, _mm512_set1_epi16(0x0300));
             let mut words = [0u64; 8];
             _mm512_storeu_si512(words.as_mut_ptr() as *mut _, idx);
+            if GATHER {
+                let mut out = [_mm512_setzero_si512(); 4];
+                for (c, o) in out.iter_mut().enumerate() {
+                    let ix = _mm256_cvtepu16_epi32(_mm_loadu_si128(
+                        words.as_ptr().add(2 * c) as *const _
+                    ));
+                    *o = _mm512_i32gather_epi64::<8>(ix, IQ2S_GRID.as_ptr() as *const i64);
+                }
+                return out;
+            }
             entries_by_loads(&words, IQ2S_GRID.as_ptr() as *const i64)
         }
     }
@@ -1766,9 +1827,19 @@ impl IqDecode for BlockIQ2S {
 
 impl IqDecode for BlockIQ2XS {
     #[inline(always)]
-    unsafe fn magnitudes(&self) -> [__m512i; 4] {
+    unsafe fn magnitudes<const GATHER: bool>(&self) -> [__m512i; 4] {
         // SAFETY (whole body): a 64-byte load of `qs`; indices `qs[g] & 511` are inside the 512-entry tables.
         unsafe {
+            if GATHER {
+                let mut out = [_mm512_setzero_si512(); 4];
+                for (c, o) in out.iter_mut().enumerate() {
+                    // Words 8c..8c+8 (bytes 16c..16c+16), their low nine bits as dword indices.
+                    let w = _mm_loadu_si128(self.qs.as_ptr().add(16 * c) as *const __m128i);
+                    let ix = _mm256_and_si256(_mm256_cvtepu16_epi32(w), _mm256_set1_epi32(511));
+                    *o = _mm512_i32gather_epi64::<8>(ix, IQ2XS_GRID.as_ptr() as *const i64);
+                }
+                return out;
+            }
             let w = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
             let idx = _mm512_castsi256_si512(_mm512_cvtepi16_epi8(w));
             let high = [
@@ -1823,12 +1894,40 @@ const IQ3XXS_SIGN_SHIFT: [u8; 64] = {
     t
 };
 
+/// IQ2_XXS gather indices, `vpermb` control for 64-weight group `c`: byte 0 of qword `k` takes the index byte
+/// of entry `8c + k`, byte `e % 4` of chunk `e / 4`'s qword.
+const IQ2XXS_GATHER_PICK: [[u8; 64]; 4] = {
+    let mut t = [[0u8; 64]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut k = 0;
+        while k < 8 {
+            let e = 8 * c + k;
+            t[c][8 * k] = (8 * (e / 4) + e % 4) as u8;
+            k += 1;
+        }
+        c += 1;
+    }
+    t
+};
+
 impl IqDecode for BlockIQ2XXS {
     #[inline(always)]
-    unsafe fn magnitudes(&self) -> [__m512i; 4] {
+    unsafe fn magnitudes<const GATHER: bool>(&self) -> [__m512i; 4] {
         // SAFETY (whole body): a 64-byte load of `qs`; the indices are bytes, inside the 256-entry tables.
         unsafe {
             let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
+            if GATHER {
+                let mut out = [_mm512_setzero_si512(); 4];
+                for (c, o) in out.iter_mut().enumerate() {
+                    // Entry e = 8c + k is byte e % 4 of chunk e / 4's qword: moved to byte 0 of qword k, the
+                    // other bytes zeroed, as qword indices.
+                    let perm = _mm512_loadu_si512(IQ2XXS_GATHER_PICK[c].as_ptr() as *const _);
+                    let ix = _mm512_maskz_permutexvar_epi8(0x0101_0101_0101_0101, perm, q);
+                    *o = _mm512_i64gather_epi64::<8>(ix, IQ2XXS_GRID.as_ptr() as *const i64);
+                }
+                return out;
+            }
             // The low dword of each chunk's qword holds its four index bytes.
             let idx = _mm512_castsi256_si512(_mm512_cvtepi64_epi32(q));
             grid_magnitudes::<256, 2, { IQ2_AFFINE.1 as i32 }>(&IQ2XXS_EXPANSION, idx, [0, 0])
@@ -1856,7 +1955,7 @@ impl IqDecode for BlockIQ2XXS {
 
 impl IqDecode for BlockIQ3XXS {
     #[inline(always)]
-    unsafe fn magnitudes(&self) -> [__m512i; 4] {
+    unsafe fn magnitudes<const GATHER: bool>(&self) -> [__m512i; 4] {
         // SAFETY (whole body): a 64-byte load of `qs[0..64]`; the indices are bytes, inside the 256-entry
         // tables.
         unsafe {
@@ -1888,7 +1987,7 @@ impl IqDecode for BlockIQ3XXS {
 
 impl IqDecode for BlockIQ3S {
     #[inline(always)]
-    unsafe fn magnitudes(&self) -> [__m512i; 4] {
+    unsafe fn magnitudes<const GATHER: bool>(&self) -> [__m512i; 4] {
         // SAFETY (whole body): a 64-byte load of `qs`; the indices `qs[k] | bit k of qh << 8` are 9 bits,
         // inside the 512-entry tables.
         unsafe {
@@ -1939,14 +2038,14 @@ struct IqDecoded {
 /// Decodes block `b` (`IqDecode`) for `iq_block_partials`; the sign bytes leave as four 64-bit masks, so the
 /// decode of the next block can run ahead while this one's products are computed.
 #[inline(always)]
-unsafe fn iq_decode_block<B: IqDecode>(b: &B) -> IqDecoded {
+unsafe fn iq_decode_block<B: IqDecode, const GATHER: bool>(b: &B) -> IqDecoded {
     // SAFETY (whole body): the decoder's loads are inside the block or static tables; the sign bytes are 32
     // bytes of `scratch` or of the block; features are enabled by the calling kernel.
     unsafe {
         // The scales as words once per block, so each group's scale words are one `vpermw` (a zero-masked
         // `vpermb` on the bytes costs the compiler a `vpermb` and a `vpandq`).
         let s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(b.scale_bytes()));
-        let magnitudes = b.magnitudes();
+        let magnitudes = b.magnitudes::<GATHER>();
         let mut scratch = [0u8; 32];
         let signs = b.sign_bytes(&mut scratch).as_ptr();
         let negate = std::array::from_fn(|c| (signs.add(8 * c) as *const u64).read_unaligned());
@@ -1997,7 +2096,10 @@ unsafe fn iq_block_partials<const HASWELL: bool>(
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= x.len()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
-pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool>(x: &[B], y: &[BlockQ8K]) -> f32 {
+pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool, const GATHER: bool>(
+    x: &[B],
+    y: &[BlockQ8K],
+) -> f32 {
     debug_assert!(y.len() >= x.len());
     // SAFETY (whole block): block `i` of x and y are inside the slices; this function enables the features.
     unsafe {
@@ -2005,12 +2107,12 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool>(x: &[B], y: &[Bl
         let mut sumf = 0f32;
         let mut negated_min = 0u64;
         if let Some(first) = x.first() {
-            let mut next = iq_decode_block(first);
+            let mut next = iq_decode_block::<B, GATHER>(first);
             for (i, (xb, yb)) in x.iter().zip(y).enumerate() {
                 prefetch_ahead(xb as *const B as *const u8, size_of::<B>());
                 let cur = next;
                 if let Some(after) = x.get(i + 1) {
-                    next = iq_decode_block(after);
+                    next = iq_decode_block::<B, GATHER>(after);
                 }
                 let p = iq_block_partials::<HASWELL>(&cur, yb, &mut negated_min);
                 // Lanes m and m + 8 together are stock haswell's lane m.

@@ -154,7 +154,19 @@ mod tests {
         if isas.is_empty() {
             eprintln!("this CPU has no AVX2: only the scalar models run here");
         }
-        isas.into_iter().map(|i| Kernels::new(i, order)).collect()
+        // AVX-512 with and without the IQ2 grid gathers: both must match the models on every CPU.
+        isas.into_iter()
+            .flat_map(|i| {
+                let gathers: &[bool] = if i == Isa::Avx512 {
+                    &[true, false]
+                } else {
+                    &[false]
+                };
+                gathers
+                    .iter()
+                    .map(move |&g| Kernels::with_iq_gathers(i, order, g))
+            })
+            .collect()
     }
 
     fn same(a: f32, b: f32) -> bool {
