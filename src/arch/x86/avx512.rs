@@ -1230,7 +1230,7 @@ pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[Blo
                 let lanes = tq2_block_lanes_haswell(
                     xb.qs.as_ptr(),
                     yb.qs.as_ptr() as *const u8,
-                    yb.bsums.as_ptr() as *const u8,
+                    yb.bsums.as_ptr(),
                     &mut largest_bsum,
                 );
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d), acc);
