@@ -2227,6 +2227,36 @@ static TQ1_MULT_ODD: [[u16; 32]; 4] = [
     tq1_group_mult::<true>(3),
 ];
 
+// The lanes `vec_dot_tq1_0_q8_k` builds from broadcasts are the bytes `TQ1_PERM` names.
+const _: () = {
+    let mut k = 0;
+    while k < 4 {
+        let mut p = 0;
+        while p < 64 {
+            let want = match k {
+                0 | 1 => p % 32,
+                2 => {
+                    if p < 32 {
+                        p
+                    } else {
+                        32 + p % 16
+                    }
+                }
+                _ => {
+                    if p < 48 {
+                        32 + p % 16
+                    } else {
+                        48 + p % 4
+                    }
+                }
+            };
+            assert!(TQ1_PERM[k][p] as usize == want);
+            p += 1;
+        }
+        k += 1;
+    }
+};
+
 /// `ggml_vec_dot_tq1_0_q8_K` with the haswell build's order (`HASWELL`) or the x64 build's: per 64 weights
 /// `base3_digits` (the 52 packed bytes loaded once per block under a mask; the first two groups straight from a
 /// broadcast of `qs[0..32]`) and one `vpdpbusd` against the quants.
@@ -2254,21 +2284,30 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
                 xb as *const BlockTQ1_0 as *const u8,
                 size_of::<BlockTQ1_0>(),
             );
-            let packed = _mm512_maskz_loadu_epi8(
-                0x000f_ffff_ffff_ffff,
-                xb as *const BlockTQ1_0 as *const i8,
-            );
             let q = yb.qs.as_ptr() as *const u8;
-            let mut dq = _mm512_setzero_si512();
+            let bs = _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i);
+            // Haswell: the low half starts from −(bsums[2L] + bsums[2L + 1]), so no subtraction at the end.
+            let mut dq = if HASWELL {
+                _mm512_zextsi256_si512(_mm256_madd_epi16(bs, _mm256_set1_epi16(-1)))
+            } else {
+                _mm512_setzero_si512()
+            };
             let mut sq = _mm512_setzero_si512();
-            // Groups 0 and 1 read `qs[p % 32]` in lane `p`: a broadcast load instead of a `vpermb`.
+            // The bytes each group's lanes read (`TQ1_PERM`) from broadcast loads and one blend, no shuffle:
+            // groups 0 and 1 read `qs[p % 32]` in lane `p`; group 2 `qs[0..32]` then `qs[32..48]` twice;
+            // group 3 `qs[32..48]` three times then `qh[0..4]` four times.
             let low = _mm512_broadcast_i64x4(_mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i));
-            for k in 0..4 {
-                let digits = if k < 2 {
-                    base3_digits_in_place(low, &TQ1_MULT_EVEN[k], &TQ1_MULT_ODD[k])
-                } else {
-                    base3_digits(packed, &TQ1_PERM[k], &TQ1_MULT_EVEN[k], &TQ1_MULT_ODD[k])
-                };
+            let mid =
+                _mm512_broadcast_i32x4(_mm_loadu_si128(xb.qs.as_ptr().add(32) as *const __m128i));
+            let qh = _mm512_set1_epi32(i32::from_le_bytes(xb.qh));
+            let groups = [
+                low,
+                low,
+                _mm512_mask_blend_epi64(0xf0, low, mid),
+                _mm512_mask_blend_epi32(0xf000, mid, qh),
+            ];
+            for (k, &bytes) in groups.iter().enumerate() {
+                let digits = base3_digits_in_place(bytes, &TQ1_MULT_EVEN[k], &TQ1_MULT_ODD[k]);
                 let qv = _mm512_loadu_si512(q.add(64 * k) as *const _);
                 dq = _mm512_dpbusd_epi32(dq, digits, qv);
                 if !HASWELL {
@@ -2276,17 +2315,18 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
                 }
             }
             if HASWELL {
-                let bs = _mm256_loadu_si256(yb.bsums.as_ptr() as *const __m256i);
                 largest_bsum = _mm256_max_epu16(largest_bsum, _mm256_abs_epi16(bs));
-                let lanes = _mm256_sub_epi32(
-                    _mm256_add_epi32(
-                        _mm512_castsi512_si256(dq),
-                        _mm512_extracti64x4_epi64::<1>(dq),
-                    ),
-                    _mm256_madd_epi16(bs, _mm256_set1_epi16(1)),
+                let lanes = _mm256_add_epi32(
+                    _mm512_castsi512_si256(dq),
+                    _mm512_extracti64x4_epi64::<1>(dq),
                 );
-                let d = yb.d() * F16_TO_F32_TABLE[xb.d.to_bits() as usize];
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d), acc);
+                // `y.d · d0` as one vector multiply of two broadcast loads (no scalar multiply and register
+                // broadcast): the same single rounding.
+                let d = _mm256_mul_ps(
+                    _mm256_broadcast_ss(&*(yb.d.as_ptr() as *const f32)),
+                    _mm256_broadcast_ss(&F16_TO_F32_TABLE[xb.d.to_bits() as usize]),
+                );
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), d, acc);
             } else {
                 let sum = _mm512_reduce_add_epi32(_mm512_sub_epi32(dq, sq));
                 sumf += sum as f32 * (F16_TO_F32_TABLE[xb.d.to_bits() as usize] * yb.d());
