@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{hsum_epi32, iq_block_float_step, iq_row_result, pipelined, prefetch_ahead};
+use super::{hsum_epi32, hsum_float_8_ps, iq_block_float_step, iq_row_result, pipelined, prefetch_ahead};
 use crate::formats::iq::{self, IqBlock};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
@@ -573,7 +573,7 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
     }
     // SAFETY (whole block): block `i` of x and q8_0 blocks 4i..4i+4 of y are inside the slices; this function
     // enables AVX2, FMA and F16C.
-    let lanes = unsafe {
+    unsafe {
         let ones8 = _mm256_set1_epi8(1);
         let ones16 = _mm256_set1_epi16(1);
         let mut acc = _mm256_setzero_ps();
@@ -597,11 +597,8 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
             }
             acc = _mm256_fmadd_ps(broadcast_half(xb), acc_block, acc);
         }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        lanes
-    };
-    q1_0::hsum_float_8(lanes)
+        hsum_float_8_ps(acc)
+    }
 }
 
 /// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: the Q2_0 code
@@ -1061,9 +1058,7 @@ pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[Blo
         if !HASWELL {
             return sumf;
         }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        q1_0::hsum_float_8(lanes)
+        hsum_float_8_ps(acc)
     }
 }
 
@@ -1145,9 +1140,7 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
         if !HASWELL {
             return sumf;
         }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        q1_0::hsum_float_8(lanes)
+        hsum_float_8_ps(acc)
     }
 }
 

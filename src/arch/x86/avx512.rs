@@ -21,6 +21,7 @@
 use std::arch::x86_64::*;
 
 use super::{
+    hsum_float_8_ps,
     hsum_epi32, iq_block_float_step, iq_row_result, pipelined, pipelined_one_site, prefetch_ahead,
 };
 use crate::formats::iq::{self, IqBlock};
@@ -982,7 +983,7 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
     }
     // SAFETY (whole block): block `i` of x and q8_0 blocks 4i..4i+4 of y are inside the slices; this function
     // enables the helpers' features.
-    let lanes = unsafe {
+    unsafe {
         let mut acc = _mm256_setzero_ps();
         for i in 0..x.len() {
             let xb = xp.add(i * Q1_BYTES);
@@ -998,11 +999,8 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
             acc_block = _mm256_fmadd_ps(broadcast_half(y(3)), s3, acc_block);
             acc = _mm256_fmadd_ps(broadcast_half(xb), acc_block, acc);
         }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        lanes
-    };
-    q1_0::hsum_float_8(lanes)
+        hsum_float_8_ps(acc)
+    }
 }
 
 /// `vpmultishiftqb` control for `q1_tile_rows`: byte `j` takes the eight bits from bit `j − 1` (mod 64) of its
@@ -1249,9 +1247,7 @@ pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[Blo
         if beyond != 0 {
             return tq2_0::vec_dot_tq2_0_q8_k_haswell_model(x, y);
         }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        q1_0::hsum_float_8(lanes)
+        hsum_float_8_ps(acc)
     }
 }
 
@@ -2338,8 +2334,6 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
         if _mm256_cmpgt_epu16_mask(largest_bsum, _mm256_set1_epi16(28671)) != 0 {
             return tq1_0::vec_dot_tq1_0_q8_k_haswell_model(x, y);
         }
-        let mut lanes = [0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        q1_0::hsum_float_8(lanes)
+        hsum_float_8_ps(acc)
     }
 }

@@ -76,6 +76,20 @@ pub(crate) fn pipelined_one_site<S, T>(
     }
 }
 
+/// ggml's `hsum_float_8` on a register (`formats::q1_0::hsum_float_8`'s order: high half plus low half, then
+/// lanes 0 + 2 and 1 + 3, then their sum), with the same three rounded additions per lane as the scalar model.
+/// Storing the lanes and adding them as scalars cost a per-call store-and-reload that showed in short rows.
+#[inline(always)]
+pub(crate) unsafe fn hsum_float_8_ps(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    // SAFETY: register operations; AVX is enabled by the calling kernel.
+    unsafe {
+        let r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
+}
+
 /// The sum of eight i32 lanes (wrapping; the callers' sums are exact).
 #[inline(always)]
 pub(crate) unsafe fn hsum_epi32(v: std::arch::x86_64::__m256i) -> i32 {
@@ -121,10 +135,8 @@ pub(crate) unsafe fn iq_row_result<B: crate::formats::iq::IqBlock, const HASWELL
     y: &[crate::formats::q8_k::BlockQ8K],
 ) -> f32 {
     if HASWELL {
-        let mut lanes = [0f32; 8];
-        // SAFETY: a store of eight floats to a local array; AVX is enabled by the calling kernel.
-        unsafe { std::arch::x86_64::_mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-        return B::OUTPUT_SCALE * crate::formats::q1_0::hsum_float_8(lanes);
+        // SAFETY: register operations; AVX is enabled by the calling kernel.
+        return B::OUTPUT_SCALE * unsafe { hsum_float_8_ps(acc) };
     }
     if negated_min {
         return crate::formats::iq::vec_dot_iq_q8_k_x64_model(x, y);
