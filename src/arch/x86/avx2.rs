@@ -9,7 +9,9 @@
 
 use std::arch::x86_64::*;
 
-use super::{hsum_epi32, hsum_float_8_ps, iq_block_float_step, iq_row_result, pipelined, prefetch_ahead};
+use super::{
+    hsum_epi32, hsum_float_8_ps, iq_block_float_step, iq_row_result, pipelined, prefetch_ahead,
+};
 use crate::formats::iq::{self, IqBlock};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;

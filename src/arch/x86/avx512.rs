@@ -21,8 +21,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    hsum_float_8_ps,
-    hsum_epi32, iq_block_float_step, iq_row_result, pipelined, pipelined_one_site, prefetch_ahead,
+    hsum_epi32, hsum_float_8_ps, iq_block_float_step, iq_row_result, pipelined, pipelined_one_site,
+    prefetch_ahead,
 };
 use crate::formats::iq::{self, IqBlock};
 use crate::formats::iq2_s::BlockIQ2S;
