@@ -190,8 +190,13 @@ pub fn iq_gathers() -> bool {
     })
 }
 
-/// Whether the CPU's vendor string is `GenuineIntel`.
-fn cpu_is_intel() -> bool {
+/// Whether the CPU's vendor string is `GenuineIntel`; read once (CPUID traps to the hypervisor in a VM).
+pub fn cpu_is_intel() -> bool {
+    static INTEL: OnceLock<bool> = OnceLock::new();
+    *INTEL.get_or_init(read_cpu_is_intel)
+}
+
+fn read_cpu_is_intel() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
@@ -549,9 +554,11 @@ impl Kernels {
     }
 
     /// Whether this table's TQ2_0 kernel beats stock's: the AVX2 and AVX-512 ones against the x64 build's
-    /// generic C; against the haswell build's AVX2 kernel none of ours did (`docs/tq2_0.md`).
+    /// generic C; against the haswell build's AVX2 kernel the AVX-512 one on Intel CPUs only (1.01–1.15× on the
+    /// Emerald Rapids Xeon, 2026-12-02; on Zen 4, which splits 512-bit operations in two, no variant passed
+    /// 1.07× and most were slower: `docs/tq2_0.md`).
     pub fn serves_tq2_0_over_stock(&self) -> bool {
-        self.simd_over_generic_c()
+        self.simd_over_generic_c() || (self.isa >= Isa::Avx512 && cpu_is_intel())
     }
 
     /// An IQ format against `x.len()` q8_K blocks, in the haswell build's eight-lane order or the x64 build's
@@ -798,7 +805,11 @@ mod tests {
                 let avx512 = k.isa >= Isa::Avx512;
                 let what = format!("{:?} {}", k.isa, order.name());
                 assert_eq!(k.serves_q8_k_over_stock(), simd, "{what}");
-                assert_eq!(k.serves_tq2_0_over_stock(), simd && x64, "{what}");
+                assert_eq!(
+                    k.serves_tq2_0_over_stock(),
+                    simd && (x64 || (avx512 && cpu_is_intel())),
+                    "{what}"
+                );
                 assert_eq!(
                     k.serves_tq1_0_over_stock(),
                     simd && (x64 || avx512),
