@@ -1203,13 +1203,13 @@ unsafe fn tq2_block_lanes_haswell(
 
 /// `ggml_vec_dot_tq2_0_q8_K` with the haswell build's order (`HASWELL = true`) or the x64 build's.
 ///
-/// Haswell: `tq2_block_sums` gives `Σ c·q` per lane; stock subtracts `bsums` in sixteen i16 lanes with
-/// wrap-around, which equals subtracting the pair sums of `bsums` (`vpmaddwd`) whenever no i16 lane can wrap:
-/// a lane's `Σ c·q` is at most 16·3·128 = 6144 in magnitude, so every `|bsums[m]| ≤ 26623` is enough. A row
-/// with a bsum beyond that (never the quantizer's own) is redone by the scalar model. Then stock's float steps
-/// (convert, one FMA with the scalar `y.d·d0`) on eight lanes and `hsum_float_8`.
+/// Haswell: `tq2_block_lanes_haswell` gives `Σ c·q` per lane minus the pair sums of `bsums`; stock subtracts
+/// `bsums` in sixteen i16 lanes with wrap-around, which equals subtracting the pair sums whenever no i16 lane
+/// can wrap: a lane's `Σ c·q` is at most 16·3·128 = 6144 in magnitude, so every `|bsums[m]| ≤ 26623` is
+/// enough. A row with a bsum beyond that (never the quantizer's own) is redone by the scalar model. Then
+/// stock's float steps (convert, one FMA with the scalar `y.d·d0`) on eight lanes and `hsum_float_8`.
 ///
-/// x64: per block `sumi = Σ c·q − Σ q` (exact, from the same sums) and the generic chain
+/// x64: `tq2_block_sums` (256-bit) per block, `sumi = Σ c·q − Σ q` (exact) and the generic chain
 /// `sumf += (float)sumi · d`.
 ///
 /// # Safety
@@ -2254,8 +2254,8 @@ const _: () = {
 };
 
 /// `ggml_vec_dot_tq1_0_q8_K` with the haswell build's order (`HASWELL`) or the x64 build's: per 64 weights
-/// `base3_digits` (the 52 packed bytes loaded once per block under a mask; the first two groups straight from a
-/// broadcast of `qs[0..32]`) and one `vpdpbusd` against the quants.
+/// `base3_digits_in_place` on the packed bytes each lane reads (from broadcast loads and a blend) and one
+/// `vpdpbusd` against the quants.
 ///
 /// Haswell: the digit sums per lane minus the pair sums of `bsums` (`vpmaddwd`), which is what stock's i16
 /// lanes give whenever none can wrap: a lane's three accumulators stay within ±1536, ±2560 together, so every
@@ -2316,10 +2316,10 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
                     _mm512_castsi512_si256(dq),
                     _mm512_extracti64x4_epi64::<1>(dq),
                 );
-                // `y.d · d0` as one vector multiply of two broadcast loads (no scalar multiply and register
-                // broadcast): the same single rounding.
+                // `y.d · d0` as one vector multiply of two broadcasts from memory (no scalar multiply and
+                // register broadcast): the same single rounding.
                 let d = _mm256_mul_ps(
-                    _mm256_broadcast_ss(&*(yb.d.as_ptr() as *const f32)),
+                    _mm256_set1_ps(yb.d()),
                     _mm256_broadcast_ss(&F16_TO_F32_TABLE[xb.d.to_bits() as usize]),
                 );
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), d, acc);
