@@ -269,9 +269,14 @@ pub fn config() -> &'static Config {
         }
         if log {
             crate::ffi::log_line(&format!(
-                "float order {} ({how}), instruction set {}, mode {:?}, stock symbols {}",
+                "float order {} ({how}), instruction set {}{}, mode {:?}, stock symbols {}",
                 order.name(),
                 kernels.isa.name(),
+                if kernels.iq_gather {
+                    " (IQ2 grids by gathers)"
+                } else {
+                    ""
+                },
                 mode,
                 if have_stock { "found" } else { "not found" }
             ));

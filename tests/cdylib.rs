@@ -118,4 +118,25 @@ fn configuration_is_read_from_the_environment_and_bad_values_abort() {
         stderr.contains("GGML_LOWBIT_MATCH=\"skylake\" is not one of haswell, x64"),
         "{stderr}"
     );
+
+    // The IQ2 lookup choice is read with the rest: a bad value aborts the same way, good ones are accepted.
+    let out = harness()
+        .args(["config"])
+        .env("GGML_LOWBIT_IQ_GATHER", "yes")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("GGML_LOWBIT_IQ_GATHER=\"yes\" is not one of 0, 1"),
+        "{stderr}"
+    );
+    for v in ["0", "1"] {
+        let out = harness()
+            .args(["config"])
+            .env("GGML_LOWBIT_IQ_GATHER", v)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "GGML_LOWBIT_IQ_GATHER={v}");
+    }
 }
