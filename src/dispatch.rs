@@ -176,8 +176,8 @@ iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k, true);
 
 /// Whether the AVX-512 IQ2 kernels fetch grid entries with gathers: on Intel CPUs, where the permute lookups
 /// run out of shuffle throughput (one shuffle port) while a gather of eight entries costs a few cycles of load
-/// ports (Emerald Rapids Xeon, 2026-12-01: IQ2_XS 1.3× → 1.9× stock haswell, `docs/iq.md`); not on AMD, whose
-/// Zen 4 microcodes gathers into many slow micro-ops. `GGML_LOWBIT_IQ_GATHER=0|1` overrides. Decided once.
+/// ports (Emerald Rapids Xeon, 2026-12-02: IQ2_XS 1.20–1.25× → 1.75–1.87× stock haswell, `docs/iq.md`); not
+/// on AMD, whose Zen 4 microcodes gathers (not measured with these kernels). `GGML_LOWBIT_IQ_GATHER=0|1` overrides. Decided once.
 pub fn iq_gathers() -> bool {
     static GATHERS: OnceLock<bool> = OnceLock::new();
     *GATHERS.get_or_init(|| {
@@ -250,6 +250,21 @@ impl Kernels {
     /// The table for `order` on the best of `isa` and what the CPU has.
     pub fn new(isa: Isa, order: FloatOrder) -> Kernels {
         Kernels::with_iq_gathers(isa, order, iq_gathers())
+    }
+
+    /// Every table the library may pick at `isa` on some CPU: at AVX-512 the one with the IQ2 grid gathers and
+    /// the one without (`iq_gathers` picks per CPU), elsewhere the one table. Tests and `bits` run all of them,
+    /// since each must give stock's bits on every CPU.
+    pub fn every_variant(isa: Isa, order: FloatOrder) -> Vec<Kernels> {
+        let gathers: &[bool] = if isa.min(detected_isa()) == Isa::Avx512 {
+            &[true, false]
+        } else {
+            &[false]
+        };
+        gathers
+            .iter()
+            .map(|&g| Kernels::with_iq_gathers(isa, order, g))
+            .collect()
     }
 
     /// `new` with the IQ2 grid lookup chosen by `gather` instead of by the CPU (both give the same bits; the

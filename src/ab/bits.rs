@@ -566,18 +566,9 @@ pub fn rlib_subjects(order: FloatOrder) -> Vec<Subject> {
     Isa::ALL
         .into_iter()
         .filter(|&i| i <= best)
-        .flat_map(|i| {
-            // AVX-512 twice: with the IQ2 grid gathers and with the permute lookups (`dispatch::iq_gathers`
-            // picks one per CPU; both must give stock's bits on every CPU).
-            let variants: &[bool] = if i == Isa::Avx512 {
-                &[true, false]
-            } else {
-                &[false]
-            };
-            variants
-                .iter()
-                .map(move |&g| Subject::Kernels(Kernels::with_iq_gathers(i, order, g)))
-        })
+        // AVX-512 twice: with the IQ2 grid gathers and without (`Kernels::every_variant`).
+        .flat_map(|i| Kernels::every_variant(i, order))
+        .map(Subject::Kernels)
         .collect()
 }
 

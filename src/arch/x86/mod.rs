@@ -168,16 +168,7 @@ mod tests {
         }
         // AVX-512 with and without the IQ2 grid gathers: both must match the models on every CPU.
         isas.into_iter()
-            .flat_map(|i| {
-                let gathers: &[bool] = if i == Isa::Avx512 {
-                    &[true, false]
-                } else {
-                    &[false]
-                };
-                gathers
-                    .iter()
-                    .map(move |&g| Kernels::with_iq_gathers(i, order, g))
-            })
+            .flat_map(|i| Kernels::every_variant(i, order))
             .collect()
     }
 
