@@ -10,7 +10,7 @@
 //!
 //! Q1_0 (haswell order) has its own, simpler driver (`mul_mat_q1_0_tiles`): its stock chain is eight float lanes
 //! per element with no block batches, and its prepared column turns each row's sign application into one
-//! `vpdpbusd` (`Q1ColumnBlock`). The PrismML fork's PQ2_0 and PTQ1_0 share a third (`mul_mat_fork_tiles`), whose
+//! `vpdpbusd` (`Q1ColumnPair`). The PrismML fork's PQ2_0 and PTQ1_0 share a third (`mul_mat_fork_tiles`), whose
 //! prepared column is the vec_dot driver's view of the activation made once (`ForkColumnBatch`).
 //!
 //! Used by the C API (`ggml_lowbit_mul_mat_{q2_0,q1_0,pq2_0,ptq1_0}_q8_0`) and, for Q2_0 and Q1_0, by the
@@ -276,47 +276,57 @@ fn run_rows<B, P, T>(
     }
 }
 
-/// One Q1_0 block's share (four q8_0 blocks) of an activation column prepared for the haswell-order tile kernel.
+/// Two Q1_0 blocks' share (eight q8_0 blocks) of an activation column prepared for the haswell-order tile
+/// kernel, laid out so that one 512-bit vector holds the same quarter of both blocks: half `b` of each entry is
+/// block `2p + b` of the pair.
 ///
 /// Stock's lane sum is `s = Σ (bit ? q : wn(q))` over four quants, `wn` the wrapping byte negation (−128 stays
 /// −128, stock's `(q ^ m) − m`). Written as "every bit clear" plus a correction per set bit,
-/// `s = Σ wn(q) + Σ_set (q − wn(q))`, and `q − wn(q)` is `2q`, or 0 for q = −128. So the column holds
-/// `base[k][l] = Σ wn(q)` of lane `l` of quarter `k` and `h = q` with −128 replaced by 0; a row then needs only
-/// its bits as bytes `2·bit` and one `vpdpbusd(base, 2·bit, h)`, which is exact (`|s| ≤ 512`). `d1` holds the
-/// scales as floats.
+/// `s = Σ wn(q) + Σ_set (q − wn(q))`, and `q − wn(q)` is `2q`, or 0 for q = −128. So the column holds, per
+/// quarter `k`, `base[k]` = the lanes' `Σ wn(q)` and `h[k]` = the quants with −128 replaced by 0; a row then
+/// needs only its bits as bytes `2·bit` and one `vpdpbusd(base, 2·bit, h)`, which is exact (`|s| ≤ 512`).
+/// `d1[k]` holds each block's scale of quarter `k` as eight equal floats, the multiplier of stock's per-lane
+/// chain for both blocks at once. A column with an odd number of blocks ends in a pair whose second half is
+/// zero (and never meets weights).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
-pub struct Q1ColumnBlock {
-    pub(crate) h: [[i8; 32]; 4],
-    pub(crate) base: [[i32; 8]; 4],
-    pub(crate) d1: [f32; 4],
+pub struct Q1ColumnPair {
+    pub(crate) h: [[i8; 64]; 4],
+    pub(crate) base: [[i32; 16]; 4],
+    pub(crate) d1: [[f32; 16]; 4],
 }
 
-/// Prepares one q8_0 column (`y.len() / 4` whole Q1_0 blocks' worth) into `out`. Plain Rust: the work is
-/// one pass over the column, shared by every row.
-pub(crate) fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnBlock>) {
+/// Prepares one q8_0 column (`y.len() / 4` whole Q1_0 blocks' worth, in pairs) into `out`. Plain Rust: the
+/// work is one pass over the column, shared by every row.
+pub(crate) fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnPair>) {
     out.clear();
-    out.extend(y.chunks_exact(4).map(|blk| {
-        let mut c = Q1ColumnBlock {
-            h: [[0; 32]; 4],
-            base: [[0; 8]; 4],
-            d1: [0.0; 4],
+    // Eight q8_0 blocks per pair; a last lone Q1_0 block's four fill the first half.
+    out.extend(y[..4 * (y.len() / 4)].chunks(8).map(|pair| {
+        let mut c = Q1ColumnPair {
+            h: [[0; 64]; 4],
+            base: [[0; 16]; 4],
+            d1: [[0.0; 16]; 4],
         };
-        for (k, b) in blk.iter().enumerate() {
-            c.h[k] = b.qs.map(|q| if q == i8::MIN { 0 } else { q });
-            for (l, quad) in b.qs.chunks_exact(4).enumerate() {
-                c.base[k][l] = quad.iter().map(|&q| q.wrapping_neg() as i32).sum();
+        for (half, blk) in pair.chunks_exact(4).enumerate() {
+            for (k, b) in blk.iter().enumerate() {
+                let h = &mut c.h[k][32 * half..32 * half + 32];
+                for (o, &q) in h.iter_mut().zip(&b.qs) {
+                    *o = if q == i8::MIN { 0 } else { q };
+                }
+                for (l, quad) in b.qs.chunks_exact(4).enumerate() {
+                    c.base[k][8 * half + l] = quad.iter().map(|&q| q.wrapping_neg() as i32).sum();
+                }
+                c.d1[k][8 * half..8 * half + 8].fill(b.d.to_f32());
             }
-            c.d1[k] = b.d.to_f32();
         }
         c
     }));
 }
 
 /// An instruction set's Q1_0 row kernel: the eight haswell-order lanes of `R` rows (pointers to their first
-/// block) against `C` prepared columns of equal length, over all of their blocks.
+/// block) against `C` prepared columns of equal length, over their `blocks` blocks (`(blocks + 1) / 2` pairs).
 pub(crate) type Q1TileRows<const R: usize, const C: usize> =
-    unsafe fn([*const u8; R], [&[Q1ColumnBlock]; C]) -> [[[f32; 8]; R]; C];
+    unsafe fn(usize, [*const u8; R], [&[Q1ColumnPair]; C]) -> [[[f32; 8]; R]; C];
 
 /// Rows `t, t + q, t + 2q, t + 3q` for each tile step `t` (`q = rows / 4`), and where the tail rows (run one by
 /// one) start: the row order both drivers use (see `mul_mat_q2_0_tiles`).
@@ -344,14 +354,14 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
     rows4x2: Q1TileRows<TILE_ROWS, 2>,
 ) {
     thread_local! {
-        static PREPARED: std::cell::RefCell<Vec<Vec<Q1ColumnBlock>>> = const { std::cell::RefCell::new(Vec::new()) };
+        static PREPARED: std::cell::RefCell<Vec<Vec<Q1ColumnPair>>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     let nb = x.nb();
-    let column_bytes = std::mem::size_of::<Q1ColumnBlock>() * nb.max(1);
+    let column_bytes = std::mem::size_of::<Q1ColumnPair>() * nb.div_ceil(2).max(1);
     let chunk = (PREPARED_BYTES / column_bytes).max(1);
     PREPARED.with_borrow_mut(|prepared| {
         let prepare =
-            |c: usize, out: &mut Vec<Q1ColumnBlock>| q1_prepare_column(&y.row(c)[..4 * nb], out);
+            |c: usize, out: &mut Vec<Q1ColumnPair>| q1_prepare_column(&y.row(c)[..4 * nb], out);
         for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
             // SAFETY (the three kernels): each row holds `nb` blocks, each prepared column `nb` entries; the
             // caller vouches for the CPU.
@@ -359,9 +369,9 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
                 &x,
                 (c0, c1),
                 prepared,
-                Some(&|p, [c, d]| unsafe { rows4x2(p, [c, d]) }),
-                |p, c| unsafe { rows4(p, [c])[0] },
-                |p, c| unsafe { rows1([p], [c])[0][0] },
+                Some(&|p, [c, d]| unsafe { rows4x2(nb, p, [c, d]) }),
+                |p, c| unsafe { rows4(nb, p, [c])[0] },
+                |p, c| unsafe { rows1(nb, [p], [c])[0][0] },
                 |r, c, lanes| emit(r, c, q1_0::hsum_float_8(lanes)),
             );
         });

@@ -45,7 +45,7 @@ use crate::formats::tq2_0::{self, BlockTQ2_0};
 use crate::fp16::F16_TO_F32_TABLE;
 use crate::tiles::{
     mul_mat_by_pairs, mul_mat_fork_tiles, mul_mat_q1_0_tiles, mul_mat_q2_0_tiles, Emit,
-    ForkColumnBatch, Q1ColumnBlock, Q2ColumnBatch, Rows,
+    ForkColumnBatch, Q1ColumnPair, Q2ColumnBatch, Rows,
 };
 
 const Q2_BYTES: usize = 18;
@@ -1003,76 +1003,76 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
     }
 }
 
-/// `vpmultishiftqb` control for `q1_tile_rows`: byte `j` takes the eight bits from bit `j − 1` (mod 64) of its
-/// qword, so bit `j` of the eight sign bytes lands at bit 1.
-const Q1_BIT_TO_BYTE: [u8; 64] = {
-    let mut t = [0u8; 64];
-    let mut j = 0;
-    while j < 64 {
-        t[j] = ((j + 63) % 64) as u8;
-        j += 1;
-    }
-    t
-};
-
-/// The haswell-order lanes of `R` Q1_0 rows against a prepared column (`tiles::Q1ColumnBlock`). Per row and
-/// block half (two quarters, 64 weights): the eight sign bytes broadcast to every qword, `vpmultishiftqb` and a
-/// mask make bytes `2·bit` in weight order, and one `vpdpbusd` onto the column's all-clear lane sums against its
-/// `h` quants gives stock's sixteen lane sums exactly; then `vcvtdq2ps` and stock's chain (`d1_0·s_0`, three
-/// FMAs on eight lanes, `acc = fma(d0, acc_block, acc)`), the rows' chains interleaved. No mask registers: a
-/// byte blend under a mask loaded per quarter measured slower (`PERFORMANCE.md`).
+/// The haswell-order lanes of `R` Q1_0 rows against `C` prepared columns (`tiles::Q1ColumnPair`), two blocks
+/// at a time: every 512-bit vector holds one quarter of block `2p` in its low half and the same quarter of
+/// block `2p + 1` in its high half, so stock's per-lane chain (`d1_0·s_0`, three FMAs) runs once for both
+/// blocks. Per row and quarter: the two blocks' 32 sign bits joined into one mask (`kunpckdq` of two mask
+/// loads), bytes `2·bit` under it, one `vpdpbusd` onto the column's all-clear lane sums against its quants gives
+/// stock's sixteen lane sums exactly, then `vcvtdq2ps` and the chain; the blocks' halves then continue
+/// `acc = fma(d0, acc_block, acc)` in order. A lone last block runs the same with its partner's mask empty and
+/// only the low half used (its partner is never read).
 ///
 /// # Safety
-/// The CPU must have the features below; each row pointer addresses `col.len()` Q1_0 blocks.
-// Block `i` indexes every row and every column at once.
+/// The CPU must have the features below; each row pointer addresses `blocks` Q1_0 blocks and every column
+/// holds `(blocks + 1) / 2` pairs.
+// Pair `p` indexes every row and every column at once.
 #[allow(clippy::needless_range_loop)]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q1_tile_rows<const R: usize, const C: usize>(
+    blocks: usize,
     rows: [*const u8; R],
-    cols: [&[Q1ColumnBlock]; C],
+    cols: [&[Q1ColumnPair]; C],
 ) -> [[[f32; 8]; R]; C] {
+    debug_assert!(cols.iter().all(|c| c.len() == blocks.div_ceil(2)));
     let mut acc = [[_mm256_setzero_ps(); R]; C];
-    let blocks = cols[0].len();
-    // SAFETY (whole loop): block `i` of every row and entry `i` of every column are inside what the caller
-    // guarantees (every column has `blocks` entries); this function enables the features.
+    // SAFETY (whole body): block `2p` (and `2p + 1` where `2p + 1 < blocks`) of every row and pair `p` of every
+    // column are inside what the caller guarantees; this function enables the features.
     unsafe {
-        let ctrl = _mm512_loadu_si512(Q1_BIT_TO_BYTE.as_ptr() as *const _);
         let two = _mm512_set1_epi8(2);
-        for i in 0..blocks {
-            let c: [&Q1ColumnBlock; C] = std::array::from_fn(|j| &cols[j][i]);
+        // One quarter's 32 sign bits of a block as a mask (a mask load; Rust wants the u32 read unaligned).
+        let bits = |xb: *const u8, k: usize| -> __mmask64 {
+            (xb.add(2 + 4 * k) as *const u32).read_unaligned() as __mmask64
+        };
+        let pair = |p: usize, second: bool, acc: &mut [[__m256; R]; C]| {
             for r in 0..R {
-                let xb = rows[r].add(i * Q1_BYTES);
-                let d0 = broadcast_half(xb);
-                // The row's sign bytes, shared by the columns.
-                let w: [__m512i; 2] = [0, 1].map(|g| {
-                    let bits =
-                        _mm512_set1_epi64((xb.add(2 + 8 * g) as *const i64).read_unaligned());
-                    _mm512_and_si512(_mm512_multishift_epi64_epi8(ctrl, bits), two)
+                let xb = rows[r].add(2 * p * Q1_BYTES);
+                let xb1 = xb.add(Q1_BYTES);
+                // The pair's mask of quarter `k`. (`kmovd` from memory and `kunpckdq`, written out, measured
+                // slower than the scalar shift and OR the compiler makes of this.)
+                let w: [__m512i; 4] = std::array::from_fn(|k| {
+                    let hi = if second { bits(xb1, k) } else { 0 };
+                    _mm512_maskz_mov_epi8(bits(xb, k) | hi << 32, two)
                 });
                 for j in 0..C {
-                    let mut acc_block = _mm256_setzero_ps();
-                    for (g, &wg) in w.iter().enumerate() {
-                        let h = _mm512_load_si512(c[j].h[2 * g].as_ptr() as *const _);
-                        let base = _mm512_load_si512(c[j].base[2 * g].as_ptr() as *const _);
-                        let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base, wg, h));
-                        let (s_lo, s_hi) = (
-                            _mm512_castps512_ps256(s),
-                            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s))),
-                        );
-                        let (d_lo, d_hi) = (
-                            _mm256_broadcast_ss(&c[j].d1[2 * g]),
-                            _mm256_broadcast_ss(&c[j].d1[2 * g + 1]),
-                        );
-                        acc_block = if g == 0 {
-                            _mm256_mul_ps(d_lo, s_lo)
+                    let c = &cols[j][p];
+                    let mut acc_block = _mm512_setzero_ps();
+                    for (k, &wk) in w.iter().enumerate() {
+                        let base = _mm512_load_si512(c.base[k].as_ptr() as *const _);
+                        let h = _mm512_load_si512(c.h[k].as_ptr() as *const _);
+                        let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base, wk, h));
+                        let d1 = _mm512_load_ps(c.d1[k].as_ptr());
+                        acc_block = if k == 0 {
+                            _mm512_mul_ps(d1, s)
                         } else {
-                            _mm256_fmadd_ps(d_lo, s_lo, acc_block)
+                            _mm512_fmadd_ps(d1, s, acc_block)
                         };
-                        acc_block = _mm256_fmadd_ps(d_hi, s_hi, acc_block);
                     }
-                    acc[j][r] = _mm256_fmadd_ps(d0, acc_block, acc[j][r]);
+                    let lo = _mm512_castps512_ps256(acc_block);
+                    acc[j][r] = _mm256_fmadd_ps(broadcast_half(xb), lo, acc[j][r]);
+                    if second {
+                        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(
+                            acc_block,
+                        )));
+                        acc[j][r] = _mm256_fmadd_ps(broadcast_half(xb1), hi, acc[j][r]);
+                    }
                 }
             }
+        };
+        for p in 0..blocks / 2 {
+            pair(p, true, &mut acc);
+        }
+        if blocks % 2 == 1 {
+            pair(blocks / 2, false, &mut acc);
         }
         let mut out = [[[0f32; 8]; R]; C];
         for j in 0..C {
@@ -1223,6 +1223,10 @@ pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[Blo
         let mut sumf = 0f32;
         let mut largest_bsum = _mm256_setzero_si256();
         for (xb, yb) in x.iter().zip(y) {
+            prefetch_ahead(
+                xb as *const BlockTQ2_0 as *const u8,
+                size_of::<BlockTQ2_0>(),
+            );
             let d = tq2_0::block_scale(xb, yb);
             if HASWELL {
                 let lanes = tq2_block_lanes_haswell(
