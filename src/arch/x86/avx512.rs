@@ -925,6 +925,32 @@ unsafe fn broadcast_half(p: *const u8) -> __m256 {
     }
 }
 
+/// `y_d · d0` (a q8_K block's f32 scale times a weight block's f16 one, `d0_bits`, as stock's scalar product) in eight
+/// lanes: one vector multiply of two broadcast loads. Written out because the compiler turns a multiply of two
+/// broadcasts back into a scalar multiply and a register broadcast, two operations, one of them on the shuffle
+/// port. The bits are the scalar product's: one IEEE multiply either way.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and VL (the embedded broadcast).
+#[inline]
+#[target_feature(enable = "avx512f,avx512vl")]
+unsafe fn scale_product(y_d: &[u8; 4], d0_bits: u16) -> __m256 {
+    let v: __m256;
+    // SAFETY: both operands are references to 4 readable bytes (`y_d`, the table entry); the caller's CPU has
+    // AVX-512 F/VL; the instructions only read them and write `v`.
+    unsafe {
+        std::arch::asm!(
+            "vbroadcastss {v}, dword ptr [{a}]",
+            "vmulps {v}, {v}, dword ptr [{b}]{{1to8}}",
+            a = in(reg) y_d,
+            b = in(reg) &F16_TO_F32_TABLE[d0_bits as usize],
+            v = out(ymm_reg) v,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    v
+}
+
 /// The haswell build's lane sums of two Q1_0 quarters as floats, quarter `2h` in the low eight lanes and
 /// `2h + 1` in the high eight: the quants of the two q8_0 blocks (at `q0`, `q1`) side by side, each kept where
 /// its bit (of the eight bytes at `bits`) is set and negated as a byte where it is clear (`vpsubb` wraps, so
@@ -1156,11 +1182,12 @@ unsafe fn tq2_block_sums(codes: *const u8, q: *const u8) -> (__m256i, __m256i) {
 }
 
 /// The haswell kernel's eight i32 lanes of one TQ2_0 block (`Σ c·q` minus the pair sums of `bsums`), in 512-bit
-/// vectors: each 32-byte code half is broadcast to both halves of a vector (a load, no shuffle); one AND keeps
-/// fields 0 and 1 (or 2 and 3) in place, which meet 64 contiguous quants, so four ANDs and four `vpdpbusd`
-/// cover the block. Field `l` is in place (`c·4^l`) and every partial is a multiple of `4^l`, so one variable
-/// arithmetic shift per accumulator takes the powers off exactly; the accumulator of fields 0/1 starts from
-/// `−(bsums[2L] + bsums[2L + 1])` (one `vpmaddwd`). `largest` keeps the running `max |bsums|` for the wrap test.
+/// vectors: each 32-byte code half is broadcast to both halves of a vector (a load, no shuffle) and one
+/// `vgf2p8affineqb` moves field 0 (or 2) of every byte to bits 0..1 in the low half and field 1 (or 3) in the
+/// high half, which meet 64 contiguous quants: four affine steps and four `vpdpbusd` cover the block with every
+/// field at weight 1, so no shifts (an AND per field in place and a shift per accumulator, the form before,
+/// issued three operations more per block). The first accumulator starts from `−(bsums[2L] + bsums[2L + 1])`
+/// (one `vpmaddwd`). `squares` accumulates `bsums[m]²` (saturating `vpdpwssds`) for the wrap test.
 ///
 /// # Safety
 /// 64 code bytes at `codes`, 256 quants at `q`, 16 bsums at `bsums`; the calling kernel enables the features.
@@ -1169,34 +1196,29 @@ unsafe fn tq2_block_lanes_haswell(
     codes: *const u8,
     q: *const u8,
     bsums: *const u8,
-    largest: &mut __m256i,
+    squares: &mut __m256i,
 ) -> __m256i {
     // SAFETY (whole body): reads inside the block, its quants and its bsums; features from the caller.
     unsafe {
-        let fields01 = _mm512_inserti64x4::<1>(_mm512_set1_epi8(0x03), _mm256_set1_epi8(0x0c));
-        let fields23 =
-            _mm512_inserti64x4::<1>(_mm512_set1_epi8(0x30), _mm256_set1_epi8(0xc0u8 as i8));
-        let shifts01 = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi32(2));
-        let shifts23 = _mm512_inserti64x4::<1>(_mm512_set1_epi32(4), _mm256_set1_epi32(6));
+        // `vgf2p8affineqb` matrices: field `l` of every byte to bits 0..1 (row of output bit `i` in byte
+        // `7 − i`), field `l` in the low half and `l + 1` in the high half.
+        let field = |l: u32| ((1i64 << (2 * l)) << 56) | ((1i64 << (2 * l + 1)) << 48);
+        let m01 =
+            _mm512_inserti64x4::<1>(_mm512_set1_epi64(field(0)), _mm256_set1_epi64x(field(1)));
+        let m23 =
+            _mm512_inserti64x4::<1>(_mm512_set1_epi64(field(2)), _mm256_set1_epi64x(field(3)));
         let c0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(codes as *const __m256i));
         let c1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(codes.add(32) as *const __m256i));
         let bs = _mm256_loadu_si256(bsums as *const __m256i);
-        *largest = _mm256_max_epu16(*largest, _mm256_abs_epi16(bs));
+        *squares = _mm256_dpwssds_epi32(*squares, bs, bs);
         let neg_pairs = _mm256_madd_epi16(bs, _mm256_set1_epi16(-1));
         let q_at = |k: usize| _mm512_loadu_si512(q.add(64 * k) as *const __m512i);
-        let mut a01 = _mm512_zextsi256_si512(neg_pairs);
-        a01 = _mm512_dpbusd_epi32(a01, _mm512_and_si512(c0, fields01), q_at(0));
-        a01 = _mm512_dpbusd_epi32(a01, _mm512_and_si512(c1, fields01), q_at(2));
-        let mut a23 = _mm512_dpbusd_epi32(
-            _mm512_setzero_si512(),
-            _mm512_and_si512(c0, fields23),
-            q_at(1),
-        );
-        a23 = _mm512_dpbusd_epi32(a23, _mm512_and_si512(c1, fields23), q_at(3));
-        let s = _mm512_add_epi32(
-            _mm512_srav_epi32(a01, shifts01),
-            _mm512_srav_epi32(a23, shifts23),
-        );
+        let f = |c: __m512i, m: __m512i| _mm512_gf2p8affine_epi64_epi8::<0>(c, m);
+        let mut a = _mm512_dpbusd_epi32(_mm512_zextsi256_si512(neg_pairs), f(c0, m01), q_at(0));
+        a = _mm512_dpbusd_epi32(a, f(c1, m01), q_at(2));
+        let mut b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), f(c0, m23), q_at(1));
+        b = _mm512_dpbusd_epi32(b, f(c1, m23), q_at(3));
+        let s = _mm512_add_epi32(a, b);
         _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s))
     }
 }
@@ -1206,8 +1228,11 @@ unsafe fn tq2_block_lanes_haswell(
 /// Haswell: `tq2_block_lanes_haswell` gives `Σ c·q` per lane minus the pair sums of `bsums`; stock subtracts
 /// `bsums` in sixteen i16 lanes with wrap-around, which equals subtracting the pair sums whenever no i16 lane
 /// can wrap: a lane's `Σ c·q` is at most 16·3·128 = 6144 in magnitude, so every `|bsums[m]| ≤ 26623` is
-/// enough. A row with a bsum beyond that (never the quantizer's own) is redone by the scalar model. Then
-/// stock's float steps (convert, one FMA with the scalar `y.d·d0`) on eight lanes and `hsum_float_8`.
+/// enough. The kernel sums the squares of the bsums per lane pair, saturating: a bsum beyond 26623 makes its
+/// lane exceed 26623², and so does a long row of large ones (a 21,504-weight row at the quantizer's largest
+/// possible |bsum| of 2048 at the earliest); either way the row is redone by the scalar model, which is always
+/// exact. Then stock's float steps (convert, one FMA with `y.d·d0`, `scale_product`) on eight lanes and
+/// `hsum_float_8`.
 ///
 /// x64: `tq2_block_sums` (256-bit) per block, `sumi = Σ c·q − Σ q` (exact) and the generic chain
 /// `sumf += (float)sumi · d`.
@@ -1221,33 +1246,34 @@ pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[Blo
     unsafe {
         let mut acc = _mm256_setzero_ps();
         let mut sumf = 0f32;
-        let mut largest_bsum = _mm256_setzero_si256();
+        let mut bsum_squares = _mm256_setzero_si256();
         for (xb, yb) in x.iter().zip(y) {
             prefetch_ahead(
                 xb as *const BlockTQ2_0 as *const u8,
                 size_of::<BlockTQ2_0>(),
             );
-            let d = tq2_0::block_scale(xb, yb);
             if HASWELL {
                 let lanes = tq2_block_lanes_haswell(
                     xb.qs.as_ptr(),
                     yb.qs.as_ptr() as *const u8,
                     yb.bsums.as_ptr(),
-                    &mut largest_bsum,
+                    &mut bsum_squares,
                 );
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(d), acc);
+                let d = scale_product(&yb.d, xb.d.to_bits());
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), d, acc);
             } else {
                 let (cq, sq) = tq2_block_sums(xb.qs.as_ptr(), yb.qs.as_ptr() as *const u8);
-                sumf += hsum_epi32(_mm256_sub_epi32(cq, sq)) as f32 * d;
+                sumf += hsum_epi32(_mm256_sub_epi32(cq, sq)) as f32 * tq2_0::block_scale(xb, yb);
             }
         }
         if !HASWELL {
             return sumf;
         }
-        // A bsum beyond ±26623 somewhere in the row (never the quantizer's own): stock's i16 lanes may have
-        // wrapped, so the row is redone by the model, which wraps exactly as stock does. Checked once per row,
-        // not per block: a per-block test and branch cost a fifth of the kernel's time.
-        let beyond = _mm256_cmpgt_epu16_mask(largest_bsum, _mm256_set1_epi16(26623));
+        // A bsum beyond ±26623 somewhere in the row (never the quantizer's own) shows as a lane of squares
+        // beyond 26623²: stock's i16 lanes may have wrapped, so the row is redone by the model, which wraps
+        // exactly as stock does. Checked once per row, not per block: a per-block test and branch cost a fifth
+        // of the kernel's time.
+        let beyond = _mm256_cmpgt_epi32_mask(bsum_squares, _mm256_set1_epi32(26623 * 26623));
         if beyond != 0 {
             return tq2_0::vec_dot_tq2_0_q8_k_haswell_model(x, y);
         }
@@ -2118,7 +2144,17 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool, const GATHER: bo
                 // Lanes m and m + 8 together are stock haswell's lane m.
                 let lanes =
                     _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64::<1>(p));
-                iq_block_float_step::<HASWELL>(&mut acc, &mut sumf, iq::block_scale(xb, yb), lanes);
+                if HASWELL {
+                    let d = scale_product(&yb.d, xb.d_bits());
+                    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+                } else {
+                    iq_block_float_step::<false>(
+                        &mut acc,
+                        &mut sumf,
+                        iq::block_scale(xb, yb),
+                        lanes,
+                    );
+                }
             }
         }
         iq_row_result::<B, HASWELL>(acc, sumf, negated_min != 0, x, y)
@@ -2263,9 +2299,10 @@ const _: () = {
 ///
 /// Haswell: the digit sums per lane minus the pair sums of `bsums` (`vpmaddwd`), which is what stock's i16
 /// lanes give whenever none can wrap: a lane's three accumulators stay within ±1536, ±2560 together, so every
-/// `|bsums[m]| ≤ 28671` is enough (checked once per row with a running `vpmaxuw`; a row beyond that, never the
-/// quantizer's own bsums, is redone by the model). Then stock's float steps on eight lanes and
-/// `hsum_float_8`. x64: per block `Σ digit·q − Σ q` (exact) and the generic chain.
+/// `|bsums[m]| ≤ 28671` is enough. Checked once per row: the kernel sums the bsums' squares per lane pair,
+/// saturating (`vpdpwssds`), and a lane beyond 28671² (a bsum beyond the bound, never the quantizer's own, or a
+/// row of 25,000 weights and more at the quantizer's largest |bsum|) has the row redone by the model. Then
+/// stock's float steps on eight lanes (`scale_product`) and `hsum_float_8`. x64: per block `Σ digit·q − Σ q` (exact) and the generic chain.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= x.len()`.
@@ -2277,7 +2314,7 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
     unsafe {
         let mut acc = _mm256_setzero_ps();
         let mut sumf = 0f32;
-        let mut largest_bsum = _mm256_setzero_si256();
+        let mut bsum_squares = _mm256_setzero_si256();
         let ones = _mm512_set1_epi8(1);
         for (xb, yb) in x.iter().zip(y) {
             prefetch_ahead(
@@ -2315,17 +2352,12 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
                 }
             }
             if HASWELL {
-                largest_bsum = _mm256_max_epu16(largest_bsum, _mm256_abs_epi16(bs));
+                bsum_squares = _mm256_dpwssds_epi32(bsum_squares, bs, bs);
                 let lanes = _mm256_add_epi32(
                     _mm512_castsi512_si256(dq),
                     _mm512_extracti64x4_epi64::<1>(dq),
                 );
-                // `y.d · d0` as one vector multiply of two broadcasts from memory (no scalar multiply and
-                // register broadcast): the same single rounding.
-                let d = _mm256_mul_ps(
-                    _mm256_set1_ps(yb.d()),
-                    _mm256_broadcast_ss(&F16_TO_F32_TABLE[xb.d.to_bits() as usize]),
-                );
+                let d = scale_product(&yb.d, xb.d.to_bits());
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), d, acc);
             } else {
                 let sum = _mm512_reduce_add_epi32(_mm512_sub_epi32(dq, sq));
@@ -2335,7 +2367,7 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
         if !HASWELL {
             return sumf;
         }
-        if _mm256_cmpgt_epu16_mask(largest_bsum, _mm256_set1_epi16(28671)) != 0 {
+        if _mm256_cmpgt_epi32_mask(bsum_squares, _mm256_set1_epi32(28671 * 28671)) != 0 {
             return tq1_0::vec_dot_tq1_0_q8_k_haswell_model(x, y);
         }
         hsum_float_8_ps(acc)

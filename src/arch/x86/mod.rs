@@ -780,6 +780,71 @@ mod tests {
         );
     }
 
+    /// TQ1_0 and TQ2_0 rows long enough that the kernels' once-per-row bsum test (a saturating sum of squares)
+    /// trips on the quantizer's own bsums (all −128 quants: every |bsum| 2048) and the row is redone by the
+    /// model, next to long rows of random quants that stay on the vector path: bit for bit, both orders.
+    #[test]
+    fn tq_long_rows_match_the_models_on_both_sides_of_the_bsum_test() {
+        use crate::formats::tq1_0::{vec_dot_tq1_0_q8_k_model, BlockTQ1_0};
+        use crate::formats::tq2_0::{vec_dot_tq2_0_q8_k_model, BlockTQ2_0};
+        let mut rng = SmallRng::seed_from_u64(15);
+        for order in FloatOrder::ALL {
+            for k in simd_kernels(order) {
+                for (nb, all_min) in [(110, true), (110, false), (300, false), (97, true)] {
+                    let y: Vec<BlockQ8K> = (0..nb)
+                        .map(|_| {
+                            let mut blk = BlockQ8K::default();
+                            if all_min {
+                                blk.qs = [-128; 256];
+                            } else {
+                                rng.fill(&mut blk.qs[..]);
+                            }
+                            for m in 0..16 {
+                                blk.set_bsum(
+                                    m,
+                                    blk.qs[16 * m..16 * m + 16].iter().map(|&q| q as i16).sum(),
+                                );
+                            }
+                            blk.d = rng.gen_range(0.0001f32..0.05).to_le_bytes();
+                            blk
+                        })
+                        .collect();
+                    let x1: Vec<BlockTQ1_0> = (0..nb)
+                        .map(|_| BlockTQ1_0 {
+                            qs: std::array::from_fn(|_| rng.gen_range(0..243)),
+                            qh: std::array::from_fn(|_| rng.gen_range(0..243)),
+                            d: test_scale(&mut rng),
+                        })
+                        .collect();
+                    let x2: Vec<BlockTQ2_0> = (0..nb)
+                        .map(|_| BlockTQ2_0 {
+                            qs: std::array::from_fn(|_| rng.gen()),
+                            d: test_scale(&mut rng),
+                        })
+                        .collect();
+                    let pairs = [
+                        (
+                            vec_dot_tq1_0_q8_k_model(order, &x1, &y),
+                            k.vec_dot_tq1_0_q8_k(&x1, &y),
+                        ),
+                        (
+                            vec_dot_tq2_0_q8_k_model(order, &x2, &y),
+                            k.vec_dot_tq2_0_q8_k(&x2, &y),
+                        ),
+                    ];
+                    for (name, (want, got)) in ["TQ1_0", "TQ2_0"].into_iter().zip(pairs) {
+                        assert!(
+                            same(got, want),
+                            "{name} {:?} {} nb {nb}: {got} vs {want}",
+                            k.isa,
+                            order.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// PQ2_0 (no stock build to compare with: the fork is not available): the SIMD kernels against the scalar
     /// models written from the specification; every byte value in every code position, all-code-3 rows.
     #[test]
