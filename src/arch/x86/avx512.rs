@@ -977,11 +977,81 @@ unsafe fn q1_quarter_pair_lanes(bits: *const u8, q0: *const u8, q1: *const u8) -
     }
 }
 
+/// `[lo ×8 | hi ×8]`: a broadcast load and a merge-masked broadcast load, two loads and one operation on
+/// either vector port. Written out because the compiler turns the intrinsics' broadcasts and insert into
+/// shuffles (up to three on the shuffle port).
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn scale_halves(lo: &f32, hi: &f32) -> __m512 {
+    let v: __m512;
+    // SAFETY: both operands are references to readable floats; the caller's CPU has AVX-512 F; the
+    // instructions only read them and write `v` (the mask register is written and read inside).
+    unsafe {
+        std::arch::asm!(
+            "vbroadcastss {v}, dword ptr [{lo}]",
+            "vbroadcastss {v} {{{k}}}, dword ptr [{hi}]",
+            lo = in(reg) lo,
+            hi = in(reg) hi,
+            k = in(kreg) 0xff00u16,
+            v = out(zmm_reg) v,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    v
+}
+
+/// Stock's haswell chain of the two Q1_0 blocks at `xb` (`acc_block` per block, then
+/// `acc = fma(d0, acc_block, acc)` for each in order), continuing `acc`, with both blocks in 512-bit vectors: for
+/// quarter `k`, block `2p`'s q8_0 quants in the low half and block `2p + 1`'s in the high half (one insert from
+/// memory), negated as bytes where their bit is clear (one masked `vpsubb` under the two blocks' 32-bit quarter
+/// masks joined in scalar registers; −128 stays −128 as in stock's `(q ^ m) − m`), `vpdpbusd` against ones for
+/// the 4-byte lane sums, and the scales `[d1 ×8 | d1' ×8]`: stock's per-lane chain runs once for both blocks,
+/// only the last FMA per block on eight lanes.
+///
+/// # Safety
+/// Two blocks at `xb` and their eight q8_0 blocks at `yb`; the calling kernel enables the features.
+#[inline(always)]
+unsafe fn q1_haswell_block_pair(acc: __m256, xb: *const u8, yb: *const u8) -> __m256 {
+    // SAFETY (whole body): every read is inside the two blocks or their q8_0 blocks (quarter masks at bytes
+    // 2 + 4k of each block, quants at byte 2 of each q8_0 block, scales at byte 0); features from the caller.
+    unsafe {
+        let zero = _mm512_setzero_si512();
+        let xb1 = xb.add(Q1_BYTES);
+        let bits =
+            |x: *const u8, k: usize| (x.add(2 + 4 * k) as *const u32).read_unaligned() as u64;
+        let scale = |q8: *const u8| &F16_TO_F32_TABLE[(q8 as *const u16).read_unaligned() as usize];
+        let mut acc_block = _mm512_setzero_ps();
+        for k in 0..4 {
+            let (y0, y1) = (yb.add(k * Q8_BYTES), yb.add((k + 4) * Q8_BYTES));
+            let q = _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(y0.add(2) as *const __m256i)),
+                _mm256_loadu_si256(y1.add(2) as *const __m256i),
+            );
+            let clear = !(bits(xb, k) | bits(xb1, k) << 32);
+            let signed = _mm512_mask_sub_epi8(q, clear, zero, q);
+            let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), signed));
+            let d1 = scale_halves(scale(y0), scale(y1));
+            acc_block = if k == 0 {
+                _mm512_mul_ps(d1, s)
+            } else {
+                _mm512_fmadd_ps(d1, s, acc_block)
+            };
+        }
+        let lo = _mm512_castps512_ps256(acc_block);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc_block)));
+        let acc = _mm256_fmadd_ps(broadcast_half(xb), lo, acc);
+        _mm256_fmadd_ps(broadcast_half(xb1), hi, acc)
+    }
+}
+
 /// `ggml_vec_dot_q1_0_q8_0` with the haswell build's eight-lane order (`HASWELL = true`) or the x64 build's
 /// generic chain.
 ///
-/// Haswell: per block two `q1_quarter_pair_lanes` (quarters 0, 1 and 2, 3 in 512-bit steps), then stock's
-/// chain on eight lanes with the scales broadcast from `F16_TO_F32_TABLE`; the only dependent chain is the one
+/// Haswell: two blocks at a time (`q1_haswell_block_pair`), a last lone block by two `q1_quarter_pair_lanes`
+/// (quarters 0, 1 and 2, 3 in 512-bit steps) and stock's chain on eight lanes; the only dependent chain is the
 /// `acc` FMA per block, and out-of-order execution overlaps the blocks' other work. `hsum_float_8` at the end.
 ///
 /// x64: the generic chain is the fork formats' unfused chain (`fork_block_batches::<false>`), each 64-weight
@@ -1007,14 +1077,20 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
         };
         return q1_0::x64_chain_from(sumf, &x[done..], &y[4 * done..]);
     }
-    // SAFETY (whole block): block `i` of x and q8_0 blocks 4i..4i+4 of y are inside the slices; this function
-    // enables the helpers' features.
+    // SAFETY (whole block): blocks 2p, 2p + 1 (and the lone last block `i`) of x and their q8_0 blocks of y are
+    // inside the slices; this function enables the helpers' features.
     unsafe {
         let mut acc = _mm256_setzero_ps();
-        for i in 0..x.len() {
+        let pairs = x.len() / 2;
+        for p in 0..pairs {
+            let xb = xp.add(2 * p * Q1_BYTES);
+            // The pair's 36 bytes, 2 KiB ahead (once per four blocks measured no faster: PERFORMANCE.md).
+            prefetch_ahead(xb, 2 * Q1_BYTES);
+            acc = q1_haswell_block_pair(acc, xb, yp.add(8 * p * Q8_BYTES));
+        }
+        if x.len() % 2 == 1 {
+            let i = x.len() - 1;
             let xb = xp.add(i * Q1_BYTES);
-            // One prefetch per 18-byte block: once per four blocks measured no faster (PERFORMANCE.md).
-            prefetch_ahead(xb, Q1_BYTES);
             let yb = yp.add(4 * i * Q8_BYTES);
             let y = |k: usize| yb.add(k * Q8_BYTES);
             let (s0, s1) = q1_quarter_pair_lanes(xb.add(2), y(0).add(2), y(1).add(2));
