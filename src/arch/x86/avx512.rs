@@ -925,10 +925,10 @@ unsafe fn broadcast_half(p: *const u8) -> __m256 {
     }
 }
 
-/// `y_d · d0` (a q8_K block's f32 scale times a weight block's f16 one, `d0_bits`, as stock's scalar product) in eight
-/// lanes: one vector multiply of two broadcast loads. Written out because the compiler turns a multiply of two
-/// broadcasts back into a scalar multiply and a register broadcast, two operations, one of them on the shuffle
-/// port. The bits are the scalar product's: one IEEE multiply either way.
+/// `y_d · d0` (a q8_K block's f32 scale times a weight block's f16 one, `d0_bits`, as stock's scalar product)
+/// in eight lanes: one vector multiply of two broadcast loads. Written out because the compiler turns a multiply
+/// of two broadcasts back into a scalar multiply and a register broadcast, two operations, one of them on the
+/// shuffle port. The bits are the scalar product's: one IEEE multiply either way.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and VL (the embedded broadcast).
@@ -2378,7 +2378,8 @@ const _: () = {
 /// `|bsums[m]| ≤ 28671` is enough. Checked once per row: the kernel sums the bsums' squares per lane pair,
 /// saturating (`vpdpwssds`), and a lane beyond 28671² (a bsum beyond the bound, never the quantizer's own, or a
 /// row of 25,000 weights and more at the quantizer's largest |bsum|) has the row redone by the model. Then
-/// stock's float steps on eight lanes (`scale_product`) and `hsum_float_8`. x64: per block `Σ digit·q − Σ q` (exact) and the generic chain.
+/// stock's float steps on eight lanes (`scale_product`) and `hsum_float_8`. x64: per block `Σ digit·q − Σ q`
+/// (exact) and the generic chain.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= x.len()`.
