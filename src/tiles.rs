@@ -363,8 +363,8 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
         let prepare =
             |c: usize, out: &mut Vec<Q1ColumnPair>| q1_prepare_column(&y.row(c)[..4 * nb], out);
         for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
-            // SAFETY (the three kernels): each row holds `nb` blocks, each prepared column `nb` entries; the
-            // caller vouches for the CPU.
+            // SAFETY (the three kernels): each row holds `nb` blocks, each prepared column `(nb + 1) / 2` pairs;
+            // the caller vouches for the CPU.
             run_rows(
                 &x,
                 (c0, c1),
