@@ -107,29 +107,17 @@ fn configuration_is_read_from_the_environment_and_bad_values_abort() {
     );
 
     // An unknown value must not silently pick a build: the library says so and aborts.
-    let out = harness()
-        .args(["config"])
-        .env("GGML_LOWBIT_MATCH", "skylake")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("GGML_LOWBIT_MATCH=\"skylake\" is not one of haswell, x64"),
-        "{stderr}"
+    config_aborts_on(
+        "GGML_LOWBIT_MATCH",
+        "skylake",
+        "GGML_LOWBIT_MATCH=\"skylake\" is not one of haswell, x64",
     );
 
     // The IQ2 lookup choice is read with the rest: a bad value aborts the same way, good ones are accepted.
-    let out = harness()
-        .args(["config"])
-        .env("GGML_LOWBIT_IQ_GATHER", "yes")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("GGML_LOWBIT_IQ_GATHER=\"yes\" is not one of 0, 1"),
-        "{stderr}"
+    config_aborts_on(
+        "GGML_LOWBIT_IQ_GATHER",
+        "yes",
+        "GGML_LOWBIT_IQ_GATHER=\"yes\" is not one of 0, 1",
     );
     for v in ["0", "1"] {
         let out = harness()
@@ -139,4 +127,12 @@ fn configuration_is_read_from_the_environment_and_bad_values_abort() {
             .unwrap();
         assert!(out.status.success(), "GGML_LOWBIT_IQ_GATHER={v}");
     }
+}
+
+/// `config` with `var=value` must fail, saying `message` on stderr.
+fn config_aborts_on(var: &str, value: &str, message: &str) {
+    let out = harness().args(["config"]).env(var, value).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(message), "{stderr}");
 }

@@ -1169,7 +1169,7 @@ unsafe fn q1_row_pair_step<const C: usize, const SECOND: bool>(
 /// once for all rows, each row's masks made once for all columns. Decode (`R = 4, C = 1`), prefill
 /// (`R = 4, C = 2`) and the tail rows (`R = C = 1`). (With the lone last block as a runtime branch inside one
 /// step, or the step as a closure called twice, the compiler kept the two-column instance rolled or out of
-/// line, its accumulators in memory: prefill tiles ran at 1.4–1.8× stock against 2.1–2.3× for the kernel
+/// line, its accumulators in memory: prefill tiles ran at 1.4–1.8× stock against 1.9–2.3× for the kernel
 /// before the two-block chains; now 2.5–2.6×.)
 ///
 /// # Safety
