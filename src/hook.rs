@@ -169,12 +169,18 @@ pub type MulMatIdTiledFn = unsafe extern "C" fn(
     *mut c_char,
 ) -> bool;
 type BarrierFn = unsafe extern "C" fn(*mut c_void);
+/// `ggml_threadpool_chunk_set(tp, value)` and `ggml_threadpool_chunk_add(tp, value)` (returns the value
+/// before the add): the threadpool's shared chunk counter, which stock's MUL_MAT hands out its chunks with.
+type ChunkSetFn = unsafe extern "C" fn(*mut c_void, c_int);
+type ChunkAddFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
 type VersionFn = unsafe extern "C" fn() -> *const c_char;
 
 struct Hook {
     next: Option<MulMatTiledFn>,
     next_id: Option<MulMatIdTiledFn>,
     barrier: Option<BarrierFn>,
+    /// The chunk counter, when ggml exports it; otherwise each thread takes a fixed share of the rows.
+    chunks: Option<(ChunkSetFn, ChunkAddFn)>,
     /// Why the hook stays out, or `None` when it serves.
     off: Option<String>,
 }
@@ -186,6 +192,8 @@ fn hook() -> &'static Hook {
         let next = next_symbol::<MulMatTiledFn>(c"ggml_compute_forward_mul_mat_tiled");
         let next_id = next_symbol::<MulMatIdTiledFn>(c"ggml_compute_forward_mul_mat_id_tiled");
         let barrier = next_symbol::<BarrierFn>(c"ggml_barrier");
+        let chunks = next_symbol::<ChunkSetFn>(c"ggml_threadpool_chunk_set")
+            .zip(next_symbol::<ChunkAddFn>(c"ggml_threadpool_chunk_add"));
         let version = next_symbol::<VersionFn>(c"ggml_version").map(|f| {
             // SAFETY: ggml_version returns a static NUL-terminated string.
             unsafe { CStr::from_ptr(f()).to_string_lossy().into_owned() }
@@ -219,12 +227,17 @@ fn hook() -> &'static Hook {
         if c.log {
             match &off {
                 None => crate::ffi::log_line(&format!(
-                    "mul_mat hook on (ggml {}): Q2_0{}, PQ2_0 and PTQ1_0 products through the tile kernels",
+                    "mul_mat hook on (ggml {}): Q2_0{}, PQ2_0 and PTQ1_0 products through the tile kernels, {}",
                     version.as_deref().unwrap_or("?"),
                     if c.kernels.serves_q1_0_over_stock() {
                         " and Q1_0"
                     } else {
                         ""
+                    },
+                    if chunks.is_some() {
+                        "rows in chunks from ggml's counter"
+                    } else {
+                        "a fixed share of the rows per thread (no ggml_threadpool_chunk_add)"
                     }
                 )),
                 Some(why) => crate::ffi::log_line(&format!(
@@ -236,6 +249,7 @@ fn hook() -> &'static Hook {
             next,
             next_id,
             barrier,
+            chunks,
             off,
         }
     })
@@ -348,9 +362,15 @@ unsafe fn serve(params: *const ComputeParams, dst: *mut GgmlTensor) -> bool {
     // SAFETY: `product` checked the shapes, strides and the work buffer's size; every thread of the op runs
     // this same path (the decision depends only on the tensors), so all reach the barrier.
     unsafe {
+        // As stock's MUL_MAT: thread `i` starts on chunk `i`, so the first chunk left to hand out is `nth`; set
+        // before the barrier, which every thread passes before taking a chunk (and ggml's barrier between
+        // nodes keeps the previous op's threads off the counter).
+        if let (0, Some((set, _))) = (p.ith, h.chunks) {
+            set(p.threadpool, p.nth);
+        }
         quantize_share(p, &prod);
         barrier(p.threadpool);
-        compute_share(p, &prod, d);
+        compute_share(p, &prod, d, h.chunks.map(|(_, add)| add));
     }
     crate::interpose::count_served();
     true
@@ -392,7 +412,7 @@ unsafe fn quantize_share(p: &ComputeParams, prod: &Product) {
     }
 }
 
-/// Rows per thread are whole multiples of this, so the tile kernel's four-row steps rarely split.
+/// Rows per thread (and per chunk) are whole multiples of this, so the tile kernel's four-row steps rarely split.
 const ROW_ALIGN: usize = 16;
 
 /// This thread's rows `r0..r1` of `rows`: `ceil(rows / nth)` rounded up to `ROW_ALIGN` per thread.
@@ -405,19 +425,71 @@ fn thread_rows(p: &ComputeParams, rows: usize) -> (usize, usize) {
     )
 }
 
-/// This thread's rows of every plane of the product, through the tile kernels.
+/// Chunks handed out per thread: a thread slowed down (a busy sibling core, a descheduled vCPU) leaves its
+/// later chunks to the others instead of holding them all at the next barrier.
+const CHUNKS_PER_THREAD: usize = 4;
+/// Fewest rows per chunk: every chunk prepares the activation columns again (a fraction of one row's work each
+/// since the preparation is vectorized; before, about three rows').
+const MIN_CHUNK_ROWS: usize = 64;
+
+/// Rows per chunk of a `rows`-row product on `nth` threads (a multiple of `ROW_ALIGN`).
+fn chunk_rows(rows: usize, nth: usize) -> usize {
+    rows.div_ceil(CHUNKS_PER_THREAD * nth)
+        .max(MIN_CHUNK_ROWS)
+        .div_ceil(ROW_ALIGN)
+        * ROW_ALIGN
+}
+
+/// This thread's rows of every plane of the product, through the tile kernels: chunks from the threadpool's
+/// counter (`chunk_add`, set to `nth` by thread 0 before the barrier; thread `i` starts with chunk `i`), as
+/// stock's MUL_MAT hands out its own, or without it a fixed share.
 ///
 /// # Safety
-/// `product` accepted the op and every thread has quantized its share (after the barrier).
-unsafe fn compute_share(p: &ComputeParams, prod: &Product, dst: &GgmlTensor) {
+/// `product` accepted the op and every thread has quantized its share (after the barrier); `chunk_add` is
+/// ggml's, on a counter thread 0 set to `nth` before it.
+unsafe fn compute_share(
+    p: &ComputeParams,
+    prod: &Product,
+    dst: &GgmlTensor,
+    chunk_add: Option<ChunkAddFn>,
+) {
+    // SAFETY: checked by `product`.
+    let rows = unsafe { (*prod.src0).ne[1] as usize };
+    let Some(add) = chunk_add else {
+        let (r0, r1) = thread_rows(p, rows);
+        // SAFETY: the caller's contract; r0..r1 lies inside the rows.
+        unsafe { compute_rows(prod, dst, p.wdata, (r0, r1)) };
+        return;
+    };
+    let per_chunk = chunk_rows(rows, p.nth as usize);
+    let mut chunk = p.ith as usize;
+    while chunk * per_chunk < rows {
+        let r0 = chunk * per_chunk;
+        // SAFETY: as above; each chunk index is handed to one thread only.
+        unsafe { compute_rows(prod, dst, p.wdata, (r0, (r0 + per_chunk).min(rows))) };
+        // SAFETY: ggml's counter on this op's threadpool, as the caller vouches.
+        let Ok(next) = usize::try_from(unsafe { add(p.threadpool, 1) }) else {
+            break;
+        };
+        chunk = next;
+    }
+}
+
+/// Rows `r0..r1` of every plane of the product, through the tile kernels.
+///
+/// # Safety
+/// `product` accepted the op, src1 is quantized in `wdata`, `r0 < r1 <= rows`, and no other thread writes
+/// these rows.
+unsafe fn compute_rows(
+    prod: &Product,
+    dst: &GgmlTensor,
+    wdata: *mut c_void,
+    (r0, r1): (usize, usize),
+) {
     let kernels = crate::dispatch::active();
     // SAFETY: checked by `product`.
     let (src0, src1) = unsafe { (&*prod.src0, &*prod.src1) };
     let nb = src0.ne[0] as usize / prod.weights.qk();
-    let (r0, r1) = thread_rows(p, src0.ne[1] as usize);
-    if r0 == r1 {
-        return;
-    }
     let cols = src1.ne[1] as usize;
     let (r2, r3) = (src1.ne[2] / src0.ne[2], src1.ne[3] / src0.ne[3]);
     let bytes = prod.weights.block_bytes();
@@ -432,8 +504,7 @@ unsafe fn compute_share(p: &ComputeParams, prod: &Product, dst: &GgmlTensor) {
             unsafe {
                 let w = (src0.data as *const u8)
                     .add(i02 * src0.nb[2] + i03 * src0.nb[3] + r0 * stride * bytes);
-                let q =
-                    (p.wdata as *const u8).add(plane * cols * prod.row_size) as *const BlockQ8_0;
+                let q = (wdata as *const u8).add(plane * cols * prod.row_size) as *const BlockQ8_0;
                 let q = std::slice::from_raw_parts(q, cols * prod.row_size / 34);
                 let y = Rows::packed(q, prod.row_size / 34);
                 let out =

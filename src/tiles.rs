@@ -296,8 +296,10 @@ pub struct Q1ColumnPair {
     pub(crate) d1: [[f32; 16]; 4],
 }
 
-/// Prepares one q8_0 column (`y.len() / 4` whole Q1_0 blocks' worth, in pairs) into `out`. Plain Rust: the
-/// work is one pass over the column, shared by every row.
+/// Prepares one q8_0 column (`y.len() / 4` whole Q1_0 blocks' worth, in pairs) into `out`: the plain model of
+/// the layout, which the instruction set's own preparation (`Q1PrepareColumn`, e.g. `avx512.rs`
+/// `q1_prepare_column`) must equal entry for entry (tier-1 tests).
+#[cfg(test)]
 pub(crate) fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnPair>) {
     out.clear();
     // Eight q8_0 blocks per pair; a last lone Q1_0 block's four fill the first half.
@@ -328,6 +330,10 @@ pub(crate) fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnPair>) {
 pub(crate) type Q1TileRows<const R: usize, const C: usize> =
     unsafe fn(usize, [*const u8; R], [&[Q1ColumnPair]; C]) -> [[[f32; 8]; R]; C];
 
+/// An instruction set's preparation of one q8_0 column for its Q1_0 row kernels (the layout of
+/// `Q1ColumnPair`; plain model `q1_prepare_column`).
+pub(crate) type Q1PrepareColumn = unsafe fn(&[BlockQ8_0], &mut Vec<Q1ColumnPair>);
+
 /// Rows `t, t + q, t + 2q, t + 3q` for each tile step `t` (`q = rows / 4`), and where the tail rows (run one by
 /// one) start: the row order both drivers use (see `mul_mat_q2_0_tiles`).
 fn tile_steps(rows: usize) -> (usize, impl Iterator<Item = [usize; TILE_ROWS]>) {
@@ -344,11 +350,12 @@ fn tile_steps(rows: usize) -> (usize, impl Iterator<Item = [usize; TILE_ROWS]>) 
 /// the bits of the haswell `ggml_vec_dot_q1_0_q8_0`.
 ///
 /// # Safety
-/// `rows4` and `rows1` must be safe to call on this CPU; `y.nb() >= 4 * x.nb()`.
+/// `prepare`, `rows4`, `rows1` and `rows4x2` must be safe to call on this CPU; `y.nb() >= 4 * x.nb()`.
 pub(crate) unsafe fn mul_mat_q1_0_tiles(
     x: Rows<'_, BlockQ1_0>,
     y: Rows<'_, BlockQ8_0>,
     emit: Emit<'_>,
+    prepare: Q1PrepareColumn,
     rows4: Q1TileRows<TILE_ROWS, 1>,
     rows1: Q1TileRows<1, 1>,
     rows4x2: Q1TileRows<TILE_ROWS, 2>,
@@ -360,8 +367,9 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
     let column_bytes = std::mem::size_of::<Q1ColumnPair>() * nb.div_ceil(2).max(1);
     let chunk = (PREPARED_BYTES / column_bytes).max(1);
     PREPARED.with_borrow_mut(|prepared| {
+        // SAFETY: the caller vouches for the CPU.
         let prepare =
-            |c: usize, out: &mut Vec<Q1ColumnPair>| q1_prepare_column(&y.row(c)[..4 * nb], out);
+            |c: usize, out: &mut Vec<Q1ColumnPair>| unsafe { prepare(&y.row(c)[..4 * nb], out) };
         for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
             // SAFETY (the three kernels): each row holds `nb` blocks, each prepared column `(nb + 1) / 2` pairs;
             // the caller vouches for the CPU.

@@ -1205,6 +1205,62 @@ unsafe fn q1_tile_rows<const R: usize, const C: usize>(
     q1_tile_lanes(acc)
 }
 
+/// One q8_0 column prepared for `q1_tile_rows` (`tiles::Q1ColumnPair`; equal entry for entry to the plain
+/// model `tiles::q1_prepare_column`): per pair and quarter `k`, the two q8_0 blocks' quants side by side (one
+/// insert), `h` with −128 replaced by 0 (a compare and a masked move), `base` = the lanes' `Σ wn(q)` (a wrapping
+/// byte negation and `vpdpbusd` against ones), `d1` from two table broadcasts; a lone last block leaves its
+/// pair's second half zero. Every activation column of every Q1_0 product goes through this once per call.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnPair>) {
+    let blocks = y.len() / 4;
+    out.clear();
+    out.reserve(blocks.div_ceil(2));
+    let yp = y.as_ptr() as *const u8;
+    for p in 0..blocks.div_ceil(2) {
+        let second = 2 * p + 1 < blocks;
+        let mut entry = Q1ColumnPair {
+            h: [[0; 64]; 4],
+            base: [[0; 16]; 4],
+            d1: [[0.0; 16]; 4],
+        };
+        for k in 0..4 {
+            // SAFETY: q8_0 blocks 8p + k (and 8p + 4 + k where `second`) are inside `y`: 4·blocks ≤ y.len();
+            // the destinations are the entry's own arrays of 64 bytes; this function enables the features.
+            unsafe {
+                let y0 = yp.add((8 * p + k) * Q8_BYTES);
+                let lo = _mm256_loadu_si256(y0.add(2) as *const __m256i);
+                let (hi, d_hi) = if second {
+                    let y1 = yp.add((8 * p + 4 + k) * Q8_BYTES);
+                    let d = (y1 as *const u16).read_unaligned();
+                    (
+                        _mm256_loadu_si256(y1.add(2) as *const __m256i),
+                        F16_TO_F32_TABLE[d as usize],
+                    )
+                } else {
+                    (_mm256_setzero_si256(), 0.0)
+                };
+                let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+                let h = _mm512_mask_mov_epi8(
+                    q,
+                    _mm512_cmpeq_epi8_mask(q, _mm512_set1_epi8(i8::MIN)),
+                    _mm512_setzero_si512(),
+                );
+                let neg = _mm512_sub_epi8(_mm512_setzero_si512(), q);
+                let base = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), neg);
+                let d_lo = F16_TO_F32_TABLE[(y0 as *const u16).read_unaligned() as usize];
+                let d1 = _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(d_lo), _mm512_set1_ps(d_hi));
+                _mm512_store_si512(entry.h[k].as_mut_ptr() as *mut _, h);
+                _mm512_store_si512(entry.base[k].as_mut_ptr() as *mut _, base);
+                _mm512_store_ps(entry.d1[k].as_mut_ptr(), d1);
+            }
+        }
+        out.push(entry);
+    }
+}
+
 /// The tile kernels' accumulators (per row, per column) as the eight lanes per column and row.
 #[inline(always)]
 fn q1_tile_lanes<const R: usize, const C: usize>(acc: [[__m256; C]; R]) -> [[[f32; 8]; R]; C] {
@@ -1237,6 +1293,7 @@ pub unsafe fn mul_mat_q1_0_q8_0<const HASWELL: bool>(
                 x,
                 y,
                 emit,
+                q1_prepare_column,
                 q1_tile_rows::<4, 1>,
                 q1_tile_rows::<1, 1>,
                 q1_tile_rows::<4, 2>,

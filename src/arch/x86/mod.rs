@@ -489,6 +489,48 @@ mod tests {
         assert!(n > 2_000);
     }
 
+    /// The AVX-512 Q1_0 column preparation against the plain model (`tiles::q1_prepare_column`), entry for
+    /// entry and bit for bit: columns of 0..=9 blocks (odd counts end in a half-empty pair) plus 0..3 spare
+    /// q8_0 blocks, random quants with every byte value, blocks of all −128, special scales.
+    #[test]
+    fn q1_0_column_preparation_matches_the_model() {
+        use crate::tiles::{q1_prepare_column, Q1ColumnPair};
+        if detected_isa() < Isa::Avx512 {
+            eprintln!("this CPU has no AVX-512: the Q1_0 tiles (and their column preparation) do not run here");
+            return;
+        }
+        fn bytes(c: &[Q1ColumnPair]) -> &[u8] {
+            // SAFETY: plain arrays of integers and floats, no padding (sizes are multiples of 64).
+            unsafe { std::slice::from_raw_parts(c.as_ptr() as *const u8, std::mem::size_of_val(c)) }
+        }
+        let mut rng = SmallRng::seed_from_u64(41);
+        let (mut want, mut got) = (Vec::new(), Vec::new());
+        let mut seen = [false; 256];
+        for case in 0..4000 {
+            let len = 4 * (case % 10) + (case / 10) % 4;
+            let y: Vec<BlockQ8_0> = (0..len)
+                .map(|_| {
+                    let mut qs = [0i8; 32];
+                    rng.fill(&mut qs[..]);
+                    if rng.gen_ratio(1, 8) {
+                        qs = [-128; 32];
+                    }
+                    qs.iter().for_each(|&q| seen[q as u8 as usize] = true);
+                    BlockQ8_0 {
+                        d: test_scale(&mut rng),
+                        qs,
+                    }
+                })
+                .collect();
+            q1_prepare_column(&y, &mut want);
+            // SAFETY: the CPU has AVX-512 (checked above).
+            unsafe { super::avx512::q1_prepare_column(&y, &mut got) };
+            assert_eq!(got.len(), want.len(), "column of {len} q8_0 blocks");
+            assert!(bytes(&got) == bytes(&want), "column of {len} q8_0 blocks");
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+
     /// PQ2_0 and PTQ1_0 tiles (AVX-512, both float orders; per pair elsewhere): every element against the
     /// per-pair model, bit for bit, over row tails, block tails (every `nb % 4`), strided rows and columns, and 60
     /// columns of 64 blocks, which cross a prepared-column chunk (51 columns); all-code-3 PQ2_0 rows and PTQ1_0
