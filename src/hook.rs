@@ -10,7 +10,9 @@
 //! `struct ggml_compute_params` is internal to ggml-cpu, so the hook only runs against a ggml whose
 //! `ggml_version()` is one it knows (`KNOWN_VERSIONS`) and whose arguments pass sanity checks; otherwise, and
 //! under `GGML_LOWBIT_MULMAT=0`, `GGML_LOWBIT_DISABLE` or `GGML_LOWBIT_VERIFY` (which compare per call), it
-//! stays out of the way and the vec_dot exports serve the products as before.
+//! stays out of the way and the vec_dot exports serve the products as before. Threads take their rows in chunks
+//! from ggml's own counter, as stock's MUL_MAT does (`GGML_LOWBIT_CHUNKS=0`, or a ggml without the counter's
+//! functions: a fixed share per thread).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
@@ -192,8 +194,19 @@ fn hook() -> &'static Hook {
         let next = next_symbol::<MulMatTiledFn>(c"ggml_compute_forward_mul_mat_tiled");
         let next_id = next_symbol::<MulMatIdTiledFn>(c"ggml_compute_forward_mul_mat_id_tiled");
         let barrier = next_symbol::<BarrierFn>(c"ggml_barrier");
+        let chunks_wanted = env_choice(
+            "GGML_LOWBIT_CHUNKS",
+            |v| match v {
+                "0" => Some(false),
+                "1" => Some(true),
+                _ => None,
+            },
+            "0, 1",
+        )
+        .unwrap_or(true);
         let chunks = next_symbol::<ChunkSetFn>(c"ggml_threadpool_chunk_set")
-            .zip(next_symbol::<ChunkAddFn>(c"ggml_threadpool_chunk_add"));
+            .zip(next_symbol::<ChunkAddFn>(c"ggml_threadpool_chunk_add"))
+            .filter(|_| chunks_wanted);
         let version = next_symbol::<VersionFn>(c"ggml_version").map(|f| {
             // SAFETY: ggml_version returns a static NUL-terminated string.
             unsafe { CStr::from_ptr(f()).to_string_lossy().into_owned() }
@@ -234,10 +247,12 @@ fn hook() -> &'static Hook {
                     } else {
                         ""
                     },
-                    if chunks.is_some() {
-                        "rows in chunks from ggml's counter"
-                    } else {
-                        "a fixed share of the rows per thread (no ggml_threadpool_chunk_add)"
+                    match (&chunks, chunks_wanted) {
+                        (Some(_), _) => "rows in chunks from ggml's counter",
+                        (None, false) => "a fixed share of the rows per thread (GGML_LOWBIT_CHUNKS=0)",
+                        (None, true) => {
+                            "a fixed share of the rows per thread (no ggml_threadpool_chunk_add)"
+                        }
                     }
                 )),
                 Some(why) => crate::ffi::log_line(&format!(
@@ -457,8 +472,10 @@ unsafe fn compute_share(
     let rows = unsafe { (*prod.src0).ne[1] as usize };
     let Some(add) = chunk_add else {
         let (r0, r1) = thread_rows(p, rows);
-        // SAFETY: the caller's contract; r0..r1 lies inside the rows.
-        unsafe { compute_rows(prod, dst, p.wdata, (r0, r1)) };
+        if r0 < r1 {
+            // SAFETY: the caller's contract; r0..r1 lies inside the rows and is this thread's alone.
+            unsafe { compute_rows(prod, dst, p.wdata, (r0, r1)) };
+        }
         return;
     };
     let per_chunk = chunk_rows(rows, p.nth as usize);
@@ -647,4 +664,44 @@ unsafe fn serve_expert(
     }
     crate::interpose::count_served_expert();
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chunks and fixed shares each cover every row exactly once, in multiples of `ROW_ALIGN` but the last,
+    /// and a fixed share may be empty (few rows, many threads): the static path must then skip the kernels.
+    #[test]
+    fn row_chunks_and_shares_cover_every_row_once() {
+        for nth in 1..=16usize {
+            for rows in (1..=600).chain([4096, 4097, 12288, 151_669]) {
+                let per_chunk = chunk_rows(rows, nth);
+                assert!(per_chunk >= MIN_CHUNK_ROWS && per_chunk.is_multiple_of(ROW_ALIGN));
+                let chunks = rows.div_ceil(per_chunk);
+                assert!(
+                    chunks <= (CHUNKS_PER_THREAD * nth).max(1),
+                    "{rows} rows, {nth} threads"
+                );
+                let mut next = 0;
+                for ith in 0..nth {
+                    let p = ComputeParams {
+                        ith: ith as c_int,
+                        nth: nth as c_int,
+                        wsize: 0,
+                        wdata: std::ptr::null_mut(),
+                        threadpool: std::ptr::null_mut(),
+                        use_ref: false,
+                    };
+                    let (r0, r1) = thread_rows(&p, rows);
+                    assert!(r0 <= r1 && r1 <= rows);
+                    if r0 < r1 {
+                        assert_eq!(r0, next, "{rows} rows, thread {ith} of {nth}");
+                        next = r1;
+                    }
+                }
+                assert_eq!(next, rows, "{rows} rows, {nth} threads");
+            }
+        }
+    }
 }

@@ -192,6 +192,28 @@ fn mulmat_0_and_verify_mode_keep_the_hook_out() {
     assert!(e2e::hook_on(&run), "{}", run.stderr);
 }
 
+/// The hook's two ways of sharing rows between threads: chunks from ggml's counter (the default) and a fixed
+/// share per thread (`GGML_LOWBIT_CHUNKS=0`, what a ggml without the counter's functions gets): both give stock's
+/// text with the hook on, and the log says which ran.
+#[test]
+fn row_chunks_and_fixed_shares_give_stock_text() {
+    let run = completion_with(e2e::WITH_HOOK);
+    assert!(e2e::hook_on(&run), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("rows in chunks from ggml's counter"),
+        "{}",
+        run.stderr
+    );
+    let run = completion_with(&[("GGML_LOWBIT_CHUNKS", "0")]);
+    assert!(e2e::hook_on(&run), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("a fixed share of the rows per thread (GGML_LOWBIT_CHUNKS=0)"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// MUL_MAT_ID: the preload's per-expert hook and the patched build's expert entry compute the Q2_0 experts
 /// (their exit line counts the expert products) and the text is stock's.
 #[test]

@@ -1228,7 +1228,8 @@ pub(crate) unsafe fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnPa
         };
         for k in 0..4 {
             // SAFETY: q8_0 blocks 8p + k (and 8p + 4 + k where `second`) are inside `y`: 4·blocks ≤ y.len();
-            // the destinations are the entry's own arrays of 64 bytes; this function enables the features.
+            // the destinations are the entry's own arrays of 64 bytes, each 64-byte aligned (`Q1ColumnPair` is
+            // `align(64)` and its arrays are multiples of 64 bytes); this function enables the features.
             unsafe {
                 let y0 = yp.add((8 * p + k) * Q8_BYTES);
                 let lo = _mm256_loadu_si256(y0.add(2) as *const __m256i);
