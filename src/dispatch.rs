@@ -180,14 +180,7 @@ iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k, true);
 /// on AMD, whose Zen 4 microcodes gathers (not measured with these kernels). `GGML_LOWBIT_IQ_GATHER=0|1` overrides. Decided once.
 pub fn iq_gathers() -> bool {
     static GATHERS: OnceLock<bool> = OnceLock::new();
-    *GATHERS.get_or_init(|| {
-        let parse = |v: &str| match v {
-            "0" => Some(false),
-            "1" => Some(true),
-            _ => None,
-        };
-        env_choice("GGML_LOWBIT_IQ_GATHER", parse, "0, 1").unwrap_or_else(cpu_is_intel)
-    })
+    *GATHERS.get_or_init(|| env_flag("GGML_LOWBIT_IQ_GATHER").unwrap_or_else(cpu_is_intel))
 }
 
 /// Whether the CPU's vendor string is `GenuineIntel`; read once (CPUID traps to the hypervisor in a VM).
@@ -793,6 +786,20 @@ pub(crate) fn env_choice<T>(
         Some(v) => Some(v),
         None => crate::ffi::fatal(&format!("{name}={value:?} is not one of {allowed}")),
     }
+}
+
+/// A `0`/`1` switch from the environment (`None` when unset or empty; anything else aborts with a message, as
+/// `env_choice`).
+pub(crate) fn env_flag(name: &str) -> Option<bool> {
+    env_choice(
+        name,
+        |v| match v {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        },
+        "0, 1",
+    )
 }
 
 /// The table every export uses, built on first use from the CPU, the environment and (when the library is in

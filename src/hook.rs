@@ -17,7 +17,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
-use crate::dispatch::{env_choice, Kernels};
+use crate::dispatch::{env_flag, Kernels};
 use crate::formats::pq2_0::BlockPQ2_0;
 use crate::formats::ptq1_0::BlockPTQ1_0;
 use crate::formats::q1_0::BlockQ1_0;
@@ -194,16 +194,7 @@ fn hook() -> &'static Hook {
         let next = next_symbol::<MulMatTiledFn>(c"ggml_compute_forward_mul_mat_tiled");
         let next_id = next_symbol::<MulMatIdTiledFn>(c"ggml_compute_forward_mul_mat_id_tiled");
         let barrier = next_symbol::<BarrierFn>(c"ggml_barrier");
-        let chunks_wanted = env_choice(
-            "GGML_LOWBIT_CHUNKS",
-            |v| match v {
-                "0" => Some(false),
-                "1" => Some(true),
-                _ => None,
-            },
-            "0, 1",
-        )
-        .unwrap_or(true);
+        let chunks_wanted = env_flag("GGML_LOWBIT_CHUNKS").unwrap_or(true);
         let chunks = next_symbol::<ChunkSetFn>(c"ggml_threadpool_chunk_set")
             .zip(next_symbol::<ChunkAddFn>(c"ggml_threadpool_chunk_add"))
             .filter(|_| chunks_wanted);
@@ -211,16 +202,7 @@ fn hook() -> &'static Hook {
             // SAFETY: ggml_version returns a static NUL-terminated string.
             unsafe { CStr::from_ptr(f()).to_string_lossy().into_owned() }
         });
-        let wanted = env_choice(
-            "GGML_LOWBIT_MULMAT",
-            |v| match v {
-                "0" => Some(false),
-                "1" => Some(true),
-                _ => None,
-            },
-            "0, 1",
-        )
-        .unwrap_or(true);
+        let wanted = env_flag("GGML_LOWBIT_MULMAT").unwrap_or(true);
         let off = if !wanted {
             Some("GGML_LOWBIT_MULMAT=0".to_string())
         } else if c.mode != Mode::Serve {

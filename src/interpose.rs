@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 use crate::dispatch::IqFormat;
-use crate::dispatch::{default_order, env_choice, Isa, Kernels};
+use crate::dispatch::{default_order, env_choice, env_flag, Isa, Kernels};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
 use crate::formats::iq2_xxs::BlockIQ2XXS;
@@ -202,14 +202,6 @@ fn find_next() -> Next {
     }
 }
 
-fn parse_flag(v: &str) -> Option<bool> {
-    match v {
-        "1" => Some(true),
-        "0" => Some(false),
-        _ => None,
-    }
-}
-
 fn parse_verify(v: &str) -> Option<Option<bool>> {
     match v {
         "1" => Some(Some(false)),
@@ -223,9 +215,9 @@ fn parse_verify(v: &str) -> Option<Option<bool>> {
 pub fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
-        let log = env_choice("GGML_LOWBIT_LOG", parse_flag, "0, 1").unwrap_or(false);
-        let serve_all = env_choice("GGML_LOWBIT_SERVE_ALL", parse_flag, "0, 1").unwrap_or(false);
-        let disable = env_choice("GGML_LOWBIT_DISABLE", parse_flag, "0, 1").unwrap_or(false);
+        let log = env_flag("GGML_LOWBIT_LOG").unwrap_or(false);
+        let serve_all = env_flag("GGML_LOWBIT_SERVE_ALL").unwrap_or(false);
+        let disable = env_flag("GGML_LOWBIT_DISABLE").unwrap_or(false);
         let verify = env_choice("GGML_LOWBIT_VERIFY", parse_verify, "0, 1, abort").flatten();
         let isa = env_choice("GGML_LOWBIT_ISA", Isa::parse, "scalar, avx2, avx512").unwrap_or(Isa::Avx512);
         let matched = env_choice("GGML_LOWBIT_MATCH", FloatOrder::parse, "haswell, x64");
