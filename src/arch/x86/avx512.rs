@@ -977,24 +977,27 @@ unsafe fn q1_quarter_pair_lanes(bits: *const u8, q0: *const u8, q1: *const u8) -
     }
 }
 
-/// `[lo ×8 | hi ×8]`: a broadcast load and a merge-masked broadcast load, two loads and one operation on
-/// either vector port. Written out because the compiler turns the intrinsics' broadcasts and insert into
-/// shuffles (up to three on the shuffle port).
+/// `[table[lo] ×8 | table[hi] ×8]` of `F16_TO_F32_TABLE` for two f16 bit patterns: a broadcast load and a
+/// merge-masked broadcast load, two loads and one vector operation, each addressed from the table and the index
+/// (no address arithmetic). Written out because the compiler turns the intrinsics' broadcasts and insert into
+/// shuffles (up to three on Intel's shuffle port).
 ///
 /// # Safety
 /// The CPU must have AVX-512 F.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn scale_halves(lo: &f32, hi: &f32) -> __m512 {
+unsafe fn scale_halves(lo: u16, hi: u16) -> __m512 {
     let v: __m512;
-    // SAFETY: both operands are references to readable floats; the caller's CPU has AVX-512 F; the
-    // instructions only read them and write `v` (the mask register is written and read inside).
+    // SAFETY: every u16 indexes the 65536-entry table, so both loads are inside it; the caller's CPU has
+    // AVX-512 F; the instructions only read the table and write `v` (the mask register is written and read
+    // inside).
     unsafe {
         std::arch::asm!(
-            "vbroadcastss {v}, dword ptr [{lo}]",
-            "vbroadcastss {v} {{{k}}}, dword ptr [{hi}]",
-            lo = in(reg) lo,
-            hi = in(reg) hi,
+            "vbroadcastss {v}, dword ptr [{t} + {lo} * 4]",
+            "vbroadcastss {v} {{{k}}}, dword ptr [{t} + {hi} * 4]",
+            t = in(reg) F16_TO_F32_TABLE.as_ptr(),
+            lo = in(reg) lo as usize,
+            hi = in(reg) hi as usize,
             k = in(kreg) 0xff00u16,
             v = out(zmm_reg) v,
             options(pure, readonly, nostack, preserves_flags),
@@ -1022,7 +1025,7 @@ unsafe fn q1_haswell_block_pair(acc: __m256, xb: *const u8, yb: *const u8) -> __
         let xb1 = xb.add(Q1_BYTES);
         let bits =
             |x: *const u8, k: usize| (x.add(2 + 4 * k) as *const u32).read_unaligned() as u64;
-        let scale = |q8: *const u8| &F16_TO_F32_TABLE[(q8 as *const u16).read_unaligned() as usize];
+        let half = |q8: *const u8| (q8 as *const u16).read_unaligned();
         let mut acc_block = _mm512_setzero_ps();
         for k in 0..4 {
             let (y0, y1) = (yb.add(k * Q8_BYTES), yb.add((k + 4) * Q8_BYTES));
@@ -1033,7 +1036,7 @@ unsafe fn q1_haswell_block_pair(acc: __m256, xb: *const u8, yb: *const u8) -> __
             let clear = !(bits(xb, k) | bits(xb1, k) << 32);
             let signed = _mm512_mask_sub_epi8(q, clear, zero, q);
             let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), signed));
-            let d1 = scale_halves(scale(y0), scale(y1));
+            let d1 = scale_halves(half(y0), half(y1));
             acc_block = if k == 0 {
                 _mm512_mul_ps(d1, s)
             } else {
