@@ -177,7 +177,9 @@ iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k, true);
 /// Whether the AVX-512 IQ2 kernels fetch grid entries with gathers: on Intel CPUs, where the permute lookups
 /// run out of shuffle throughput (one shuffle port) while a gather of eight entries costs a few cycles of load
 /// ports (Emerald Rapids Xeon, 2026-12-02: IQ2_XS 1.20–1.25× → 1.75–1.87× stock haswell, `docs/iq.md`); not
-/// on AMD, whose Zen 4 microcodes gathers (not measured with these kernels). `GGML_LOWBIT_IQ_GATHER=0|1` overrides. Decided once.
+/// on AMD, whose Zen 4 microcodes gathers and whose Zen 5 took 7.6 cycles per eight-entry gather, where these
+/// kernels measured 0.89–1.17× stock against 1.28–2.76× for the permutes (2026-12-02, `docs/iq.md`).
+/// `GGML_LOWBIT_IQ_GATHER=0|1` overrides. Decided once.
 pub fn iq_gathers() -> bool {
     static GATHERS: OnceLock<bool> = OnceLock::new();
     *GATHERS.get_or_init(|| env_flag("GGML_LOWBIT_IQ_GATHER").unwrap_or_else(cpu_is_intel))
@@ -564,7 +566,7 @@ impl Kernels {
     /// Whether this table's TQ2_0 kernel beats stock's: the AVX2 and AVX-512 ones against the x64 build's
     /// generic C; against the haswell build's AVX2 kernel the AVX-512 one on Intel CPUs only (1.01–1.15× on the
     /// Emerald Rapids Xeon, 2026-12-02; on Zen 4, which splits 512-bit operations in two, no variant passed
-    /// 1.07× and most were slower: `docs/tq2_0.md`).
+    /// 1.07× and most were slower; on Zen 5 0.97–1.24× over four runs: `docs/tq2_0.md`).
     pub fn serves_tq2_0_over_stock(&self) -> bool {
         self.simd_over_generic_c() || (self.isa >= Isa::Avx512 && cpu_is_intel())
     }
