@@ -178,7 +178,8 @@ iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k, true);
 /// run out of shuffle throughput (one shuffle port) while a gather of eight entries costs a few cycles of load
 /// ports (Emerald Rapids Xeon, 2026-12-02: IQ2_XS 1.20–1.25× → 1.75–1.87× stock haswell, `docs/iq.md`); not
 /// on AMD, whose Zen 4 microcodes gathers and whose Zen 5 took 7.6 cycles per eight-entry gather, where these
-/// kernels measured 0.89–1.17× stock against 1.28–2.76× for the permutes (2026-12-02, `docs/iq.md`).
+/// kernels measured 0.89–1.17× stock against 1.28–2.76× for the permutes and IQ2_S's loads (2026-12-02,
+/// `docs/iq.md`).
 /// `GGML_LOWBIT_IQ_GATHER=0|1` overrides. Decided once.
 pub fn iq_gathers() -> bool {
     static GATHERS: OnceLock<bool> = OnceLock::new();
