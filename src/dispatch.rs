@@ -567,7 +567,7 @@ impl Kernels {
     /// Whether this table's TQ2_0 kernel beats stock's: the AVX2 and AVX-512 ones against the x64 build's
     /// generic C; against the haswell build's AVX2 kernel the AVX-512 one on Intel CPUs only (1.01–1.15× on the
     /// Emerald Rapids Xeon, 2026-12-02; on Zen 4, which splits 512-bit operations in two, no variant passed
-    /// 1.07× and most were slower; on Zen 5 0.97–1.24× over four runs: `docs/tq2_0.md`).
+    /// 1.07× and most were slower; on Zen 5 0.96–1.24× over five runs: `docs/tq2_0.md`).
     pub fn serves_tq2_0_over_stock(&self) -> bool {
         self.simd_over_generic_c() || (self.isa >= Isa::Avx512 && cpu_is_intel())
     }
