@@ -29,6 +29,7 @@ use crate::formats::q8_0::{self, BlockQ8_0};
 use crate::formats::q8_k::{self, BlockQ8K};
 use crate::formats::tq1_0::{self, BlockTQ1_0};
 use crate::formats::tq2_0::{self, BlockTQ2_0};
+use crate::formats::RawBlock;
 use crate::tiles::{mul_mat_by_pairs, Emit, Rows};
 use crate::FloatOrder;
 
@@ -121,6 +122,57 @@ pub struct Kernels {
     vec_dot_iq3_s_q8_k: IqDot<BlockIQ3S>,
     quantize_row_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
 }
+
+/// A vec_dot kernel on whole rows, as a `Kernels` table holds it; unsafe only for its length contract (`y`
+/// holds `Y_PER_BLOCK` activation blocks per weight block of `x`).
+pub type RowDot<B, Y> = unsafe fn(&[B], &[Y]) -> f32;
+
+/// A weight format with a vec_dot entry in `Kernels`: its activation blocks, its shapes and the entry.
+pub trait VecDotEntry: RawBlock {
+    /// The activation block (q8_0 or q8_K).
+    type Y: RawBlock;
+    /// Weights per block.
+    const QK: usize;
+    /// Activation blocks per weight block.
+    const Y_PER_BLOCK: usize;
+    fn vec_dot_entry(k: &Kernels) -> RowDot<Self, Self::Y>;
+}
+
+macro_rules! vec_dot_entry {
+    ($block:ty, $y:ty, $qk:expr, $field:ident) => {
+        impl VecDotEntry for $block {
+            type Y = $y;
+            const QK: usize = $qk;
+            const Y_PER_BLOCK: usize = $qk / <$y as ActivationBlock>::QK;
+            fn vec_dot_entry(k: &Kernels) -> RowDot<Self, $y> {
+                k.$field
+            }
+        }
+    };
+}
+
+/// Values per activation block.
+trait ActivationBlock {
+    const QK: usize;
+}
+impl ActivationBlock for BlockQ8_0 {
+    const QK: usize = 32;
+}
+impl ActivationBlock for BlockQ8K {
+    const QK: usize = 256;
+}
+
+vec_dot_entry!(BlockQ2_0, BlockQ8_0, 64, vec_dot_q2_0_q8_0);
+vec_dot_entry!(BlockQ1_0, BlockQ8_0, 128, vec_dot_q1_0_q8_0);
+vec_dot_entry!(BlockPQ2_0, BlockQ8_0, 128, vec_dot_pq2_0_q8_0);
+vec_dot_entry!(BlockPTQ1_0, BlockQ8_0, 128, vec_dot_ptq1_0_q8_0);
+vec_dot_entry!(BlockTQ2_0, BlockQ8K, 256, vec_dot_tq2_0_q8_k);
+vec_dot_entry!(BlockTQ1_0, BlockQ8K, 256, vec_dot_tq1_0_q8_k);
+vec_dot_entry!(BlockIQ2XXS, BlockQ8K, 256, vec_dot_iq2_xxs_q8_k);
+vec_dot_entry!(BlockIQ2XS, BlockQ8K, 256, vec_dot_iq2_xs_q8_k);
+vec_dot_entry!(BlockIQ2S, BlockQ8K, 256, vec_dot_iq2_s_q8_k);
+vec_dot_entry!(BlockIQ3XXS, BlockQ8K, 256, vec_dot_iq3_xxs_q8_k);
+vec_dot_entry!(BlockIQ3S, BlockQ8K, 256, vec_dot_iq3_s_q8_k);
 
 /// Whether the AVX-512 TQ1_0 kernel measured faster than stock haswell's AVX2 one (1.10–1.13×,
 /// `docs/tq1_0.md`).

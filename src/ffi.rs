@@ -35,7 +35,7 @@ pub fn fatal(message: &str) -> ! {
 
 /// Runs `f`, turning a panic into `fatal` so that no unwinding reaches C.
 #[inline(always)]
-fn guard<R>(symbol: &str, f: impl FnOnce() -> R) -> R {
+pub(crate) fn guard<R>(symbol: &str, f: impl FnOnce() -> R) -> R {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(_) => fatal(&format!("internal error in {symbol}; aborting")),
@@ -59,9 +59,7 @@ pub unsafe extern "C" fn ggml_vec_dot_q2_0_q8_0(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_vec_dot_q2_0_q8_0", || unsafe {
-        interpose::vec_dot_q2_0_q8_0(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_Q2_0, args) }
 }
 
 /// Quantizes `k` floats (whole blocks of 32) at `x` into q8_0 blocks at `vy`.
@@ -105,9 +103,7 @@ pub unsafe extern "C" fn ggml_vec_dot_q1_0_q8_0(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_vec_dot_q1_0_q8_0", || unsafe {
-        interpose::vec_dot_q1_0_q8_0(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_Q1_0, args) }
 }
 
 /// Dequantizes `k` weights (whole blocks of 128) of a Q1_0 row.
@@ -139,9 +135,7 @@ pub unsafe extern "C" fn ggml_vec_dot_tq2_0_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_vec_dot_tq2_0_q8_K", || unsafe {
-        interpose::vec_dot_tq2_0_q8_k(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_TQ2_0, args) }
 }
 
 /// `*s = Σ` of one TQ1_0 row (`vx`, `n/256` blocks) against one q8_K row (`vy`, `n/256` blocks).
@@ -161,9 +155,7 @@ pub unsafe extern "C" fn ggml_vec_dot_tq1_0_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_vec_dot_tq1_0_q8_K", || unsafe {
-        interpose::vec_dot_tq1_0_q8_k(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_TQ1_0, args) }
 }
 
 /// Dequantizes `k` weights (whole blocks of 256) of a TQ1_0 row.
@@ -220,9 +212,7 @@ pub unsafe extern "C" fn ggml_vec_dot_iq2_xxs_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_vec_dot_iq2_xxs_q8_K", || unsafe {
-        interpose::vec_dot_iq_q8_k::<BlockIQ2XXS>(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_IQ2_XXS, args) }
 }
 
 /// Dequantizes `k` weights (whole blocks of 256) of an IQ2_XXS row.
@@ -254,9 +244,7 @@ pub unsafe extern "C" fn ggml_vec_dot_iq2_xs_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_vec_dot_iq2_xs_q8_K", || unsafe {
-        interpose::vec_dot_iq_q8_k::<BlockIQ2XS>(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_IQ2_XS, args) }
 }
 
 /// Dequantizes `k` weights (whole blocks of 256) of an IQ2_XS row.
@@ -288,9 +276,7 @@ pub unsafe extern "C" fn ggml_vec_dot_iq2_s_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_vec_dot_iq2_s_q8_K", || unsafe {
-        interpose::vec_dot_iq_q8_k::<BlockIQ2S>(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_IQ2_S, args) }
 }
 
 /// Dequantizes `k` weights (whole blocks of 256) of an IQ2_S row.
@@ -322,9 +308,7 @@ pub unsafe extern "C" fn ggml_vec_dot_iq3_xxs_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_vec_dot_iq3_xxs_q8_K", || unsafe {
-        interpose::vec_dot_iq_q8_k::<BlockIQ3XXS>(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_IQ3_XXS, args) }
 }
 
 /// Dequantizes `k` weights (whole blocks of 256) of an IQ3_XXS row.
@@ -356,9 +340,7 @@ pub unsafe extern "C" fn ggml_vec_dot_iq3_s_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_vec_dot_iq3_s_q8_K", || unsafe {
-        interpose::vec_dot_iq_q8_k::<BlockIQ3S>(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_IQ3_S, args) }
 }
 
 /// Dequantizes `k` weights (whole blocks of 256) of an IQ3_S row.
@@ -390,9 +372,7 @@ pub unsafe extern "C" fn ggml_vec_dot_pq2_0_q8_0(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: the fork's contract for this symbol, passed on.
-    guard("ggml_vec_dot_pq2_0_q8_0", || unsafe {
-        interpose::vec_dot_pq2_0_q8_0(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_PQ2_0, args) }
 }
 
 /// PrismML fork: dequantizes `k` weights (whole blocks of 128) of a PQ2_0 row.
@@ -424,9 +404,7 @@ pub unsafe extern "C" fn ggml_vec_dot_ptq1_0_q8_0(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: the fork's contract for this symbol, passed on.
-    guard("ggml_vec_dot_ptq1_0_q8_0", || unsafe {
-        interpose::vec_dot_ptq1_0_q8_0(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_PTQ1_0, args) }
 }
 
 /// PrismML fork: dequantizes `k` weights (whole blocks of 128) of a PTQ1_0 row.
@@ -580,9 +558,7 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_q2_0_q8_0(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_lowbit_vec_dot_q2_0_q8_0", || unsafe {
-        interpose::vec_dot_q2_0_q8_0(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_Q2_0, args) }
 }
 
 /// `ggml_vec_dot_q1_0_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
@@ -602,9 +578,7 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_q1_0_q8_0(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_lowbit_vec_dot_q1_0_q8_0", || unsafe {
-        interpose::vec_dot_q1_0_q8_0(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_Q1_0, args) }
 }
 
 /// `ggml_vec_dot_pq2_0_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`), for the stand-in
@@ -625,9 +599,7 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_pq2_0_q8_0(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_lowbit_vec_dot_pq2_0_q8_0", || unsafe {
-        interpose::vec_dot_pq2_0_q8_0(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_PQ2_0, args) }
 }
 
 /// `ggml_vec_dot_ptq1_0_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`), for the stand-in
@@ -648,9 +620,7 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_ptq1_0_q8_0(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_lowbit_vec_dot_ptq1_0_q8_0", || unsafe {
-        interpose::vec_dot_ptq1_0_q8_0(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_PTQ1_0, args) }
 }
 
 /// `quantize_row_q8_0` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
@@ -682,9 +652,7 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_iq2_xxs_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_lowbit_vec_dot_iq2_xxs_q8_K", || unsafe {
-        interpose::vec_dot_iq_q8_k::<BlockIQ2XXS>(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_IQ2_XXS, args) }
 }
 
 /// `ggml_vec_dot_iq2_xs_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
@@ -704,9 +672,7 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_iq2_xs_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_lowbit_vec_dot_iq2_xs_q8_K", || unsafe {
-        interpose::vec_dot_iq_q8_k::<BlockIQ2XS>(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_IQ2_XS, args) }
 }
 
 /// `ggml_vec_dot_iq2_s_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
@@ -726,9 +692,7 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_iq2_s_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_lowbit_vec_dot_iq2_s_q8_K", || unsafe {
-        interpose::vec_dot_iq_q8_k::<BlockIQ2S>(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_IQ2_S, args) }
 }
 
 /// `ggml_vec_dot_iq3_xxs_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
@@ -748,9 +712,7 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_iq3_xxs_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_lowbit_vec_dot_iq3_xxs_q8_K", || unsafe {
-        interpose::vec_dot_iq_q8_k::<BlockIQ3XXS>(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_IQ3_XXS, args) }
 }
 
 /// `ggml_vec_dot_iq3_s_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
@@ -770,9 +732,7 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_iq3_s_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_lowbit_vec_dot_iq3_s_q8_K", || unsafe {
-        interpose::vec_dot_iq_q8_k::<BlockIQ3S>(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_IQ3_S, args) }
 }
 
 /// `ggml_vec_dot_tq1_0_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).
@@ -792,9 +752,7 @@ pub unsafe extern "C" fn ggml_lowbit_vec_dot_tq1_0_q8_K(
 ) {
     let args = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
     // SAFETY: ggml's contract for this symbol, passed on.
-    guard("ggml_lowbit_vec_dot_tq1_0_q8_K", || unsafe {
-        interpose::vec_dot_tq1_0_q8_k(args)
-    })
+    unsafe { interpose::vec_dot(&interpose::VEC_DOT_TQ1_0, args) }
 }
 
 /// `quantize_row_q8_K` under a name of our own (see `ggml_lowbit_vec_dot_q2_0_q8_0`).

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 use crate::dispatch::IqFormat;
-use crate::dispatch::{default_order, env_choice, env_flag, Isa, Kernels};
+use crate::dispatch::{default_order, env_choice, env_flag, Isa, Kernels, RowDot, VecDotEntry};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
 use crate::formats::iq2_xxs::BlockIQ2XXS;
@@ -584,9 +584,14 @@ pub(crate) fn count_served_expert() {
 
 #[inline(always)]
 fn count(c: &Counter, config: &Config) {
-    if config.log || matches!(config.mode, Mode::Verify { .. }) {
+    if counts(config) {
         c.add();
     }
+}
+
+/// Whether calls are counted: when logging or verifying.
+fn counts(config: &Config) -> bool {
+    config.log || matches!(config.mode, Mode::Verify { .. })
 }
 
 fn differs(symbol: &str, abort: bool, detail: impl FnOnce() -> String) {
@@ -872,26 +877,147 @@ pub unsafe fn quantize_row_q8_k(x: *const f32, vy: *mut c_void, k: i64) {
     }
 }
 
-/// Serves a `ggml_vec_dot_*_q8_0` call for a format of `B` blocks of `qk` weights (`qk / 32` q8_0 blocks each):
-/// `n/qk` whole blocks, as C's integer division; `stock_first` as in `call_mode`.
+/// One vec_dot symbol as this library serves it: its name, the stock symbol it shadows, whether our kernel is
+/// served over that one (`call_mode`), and where its calls go once the first has been served (`direct`).
+pub struct VecDotSymbol<B: VecDotEntry> {
+    name: &'static str,
+    next: fn(&Next) -> Option<VecDotFn>,
+    ours_over_stock: fn(&Kernels) -> bool,
+    /// Our kernel, when nothing but it runs for this symbol's calls (mode `Serve`, ours chosen over stock, no
+    /// counting): set by the first call, after which each call goes straight to it from the export, without
+    /// the configuration's checks, the panic guard's frame and two more calls. That path cost about 6 ns a
+    /// call on the Zen 5 machine, a sixth of a 4096-weight Q1_0 row (`docs/PERFORMANCE.md`).
+    direct: OnceLock<Option<RowDot<B, B::Y>>>,
+}
+
+impl<B: VecDotEntry> VecDotSymbol<B> {
+    const fn new(
+        name: &'static str,
+        next: fn(&Next) -> Option<VecDotFn>,
+        ours_over_stock: fn(&Kernels) -> bool,
+    ) -> Self {
+        VecDotSymbol {
+            name,
+            next,
+            ours_over_stock,
+            direct: OnceLock::new(),
+        }
+    }
+}
+
+pub static VEC_DOT_Q2_0: VecDotSymbol<BlockQ2_0> =
+    VecDotSymbol::new("ggml_vec_dot_q2_0_q8_0", |n| n.vec_dot_q2_0_q8_0, |_| true);
+pub static VEC_DOT_Q1_0: VecDotSymbol<BlockQ1_0> = VecDotSymbol::new(
+    "ggml_vec_dot_q1_0_q8_0",
+    |n| n.vec_dot_q1_0_q8_0,
+    Kernels::serves_q1_0_over_stock,
+);
+pub static VEC_DOT_PQ2_0: VecDotSymbol<BlockPQ2_0> = VecDotSymbol::new(
+    "ggml_vec_dot_pq2_0_q8_0",
+    |n| n.vec_dot_pq2_0_q8_0,
+    |_| true,
+);
+pub static VEC_DOT_PTQ1_0: VecDotSymbol<BlockPTQ1_0> = VecDotSymbol::new(
+    "ggml_vec_dot_ptq1_0_q8_0",
+    |n| n.vec_dot_ptq1_0_q8_0,
+    |_| true,
+);
+// Stock haswell's TQ2_0 is served only where ours measured faster (`Kernels::serves_tq2_0_over_stock`).
+pub static VEC_DOT_TQ2_0: VecDotSymbol<BlockTQ2_0> = VecDotSymbol::new(
+    "ggml_vec_dot_tq2_0_q8_K",
+    |n| n.vec_dot_tq2_0_q8_k,
+    Kernels::serves_tq2_0_over_stock,
+);
+pub static VEC_DOT_TQ1_0: VecDotSymbol<BlockTQ1_0> = VecDotSymbol::new(
+    "ggml_vec_dot_tq1_0_q8_K",
+    |n| n.vec_dot_tq1_0_q8_k,
+    Kernels::serves_tq1_0_over_stock,
+);
+pub static VEC_DOT_IQ2_XXS: VecDotSymbol<BlockIQ2XXS> = VecDotSymbol::new(
+    BlockIQ2XXS::VEC_DOT_NAME,
+    |n| n.vec_dot_iq[BlockIQ2XXS::INDEX],
+    Kernels::serves_iq_over_stock::<BlockIQ2XXS>,
+);
+pub static VEC_DOT_IQ2_XS: VecDotSymbol<BlockIQ2XS> = VecDotSymbol::new(
+    BlockIQ2XS::VEC_DOT_NAME,
+    |n| n.vec_dot_iq[BlockIQ2XS::INDEX],
+    Kernels::serves_iq_over_stock::<BlockIQ2XS>,
+);
+pub static VEC_DOT_IQ2_S: VecDotSymbol<BlockIQ2S> = VecDotSymbol::new(
+    BlockIQ2S::VEC_DOT_NAME,
+    |n| n.vec_dot_iq[BlockIQ2S::INDEX],
+    Kernels::serves_iq_over_stock::<BlockIQ2S>,
+);
+pub static VEC_DOT_IQ3_XXS: VecDotSymbol<BlockIQ3XXS> = VecDotSymbol::new(
+    BlockIQ3XXS::VEC_DOT_NAME,
+    |n| n.vec_dot_iq[BlockIQ3XXS::INDEX],
+    Kernels::serves_iq_over_stock::<BlockIQ3XXS>,
+);
+pub static VEC_DOT_IQ3_S: VecDotSymbol<BlockIQ3S> = VecDotSymbol::new(
+    BlockIQ3S::VEC_DOT_NAME,
+    |n| n.vec_dot_iq[BlockIQ3S::INDEX],
+    Kernels::serves_iq_over_stock::<BlockIQ3S>,
+);
+
+/// Serves one call of a vec_dot symbol over `n/QK` whole weight blocks (C's integer division): straight to
+/// our kernel once `symbol.direct` says so, else through `vec_dot_configured`. The direct path has no panic
+/// guard of its own: the kernels do not panic on rows of the lengths built here, and should one ever do, Rust
+/// aborts at the `extern "C"` boundary with the panic's message (no unwinding reaches C either way).
 ///
 /// # Safety
-/// ggml's (or the fork's) contract for the symbol: `vx` holds `n/qk` blocks, `vy` `n/32`, `s` is writable.
+/// ggml's (or the fork's) contract for the symbol: `vx` holds `n/QK` blocks, `vy` the activation blocks they
+/// meet, `s` is writable.
 #[inline(always)]
-unsafe fn vec_dot_rows<B: RawBlock>(
-    symbol: &str,
-    next: impl Fn(&Next) -> Option<VecDotFn>,
-    stock_first: bool,
-    qk: usize,
-    kernel: impl Fn(&Kernels, &[B], &[BlockQ8_0]) -> f32,
-    a: VecDotArgs,
+pub unsafe fn vec_dot<B: VecDotEntry>(symbol: &'static VecDotSymbol<B>, a: VecDotArgs) {
+    if let Some(Some(kernel)) = symbol.direct.get() {
+        let nb = whole_blocks(a.n as i64, B::QK);
+        // SAFETY: the caller's contract: `s` is writable, `vx` holds `nb` blocks and `vy` the `nb·Y_PER_BLOCK`
+        // activation blocks they meet; the table entry runs on this CPU (`Kernels::new`).
+        unsafe { *a.s = kernel(view(a.vx, nb), view(a.vy, nb * B::Y_PER_BLOCK)) };
+    } else {
+        // The arguments one by one, so that they stay in registers on the direct path (a `VecDotArgs` passed
+        // on is first stored to the stack, on every call).
+        // SAFETY: passed on.
+        unsafe { vec_dot_configured(symbol, a.n, a.s, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc) }
+    }
+}
+
+/// `vec_dot` through the configuration, under the panic guard: ours, stock's or both (`serve_vec_dot`);
+/// then records in `symbol.direct` whether later calls can go straight to our kernel.
+///
+/// # Safety
+/// As `vec_dot`.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn vec_dot_configured<B: VecDotEntry>(
+    symbol: &'static VecDotSymbol<B>,
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrc: c_int,
 ) {
-    let c = config();
-    let nb = whole_blocks(a.n as i64, qk);
-    // SAFETY: the caller's contract: `vx` holds `nb` blocks and `vy` `nb·qk/32`.
-    let ours = || unsafe { kernel(&c.kernels, view(a.vx, nb), view(a.vy, nb * qk / 32)) };
-    // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
-    unsafe { serve_vec_dot(symbol, next(&c.next), stock_first, a, ours) }
+    let a = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
+    crate::ffi::guard(symbol.name, || {
+        let c = config();
+        let kernel = B::vec_dot_entry(&c.kernels);
+        let stock_first = !(symbol.ours_over_stock)(&c.kernels);
+        let next = (symbol.next)(&c.next);
+        let nb = whole_blocks(a.n as i64, B::QK);
+        // SAFETY: as in `vec_dot`.
+        let ours = || unsafe { kernel(view(a.vx, nb), view(a.vy, nb * B::Y_PER_BLOCK)) };
+        // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
+        unsafe { serve_vec_dot(symbol.name, next, stock_first, a, ours) };
+        let ours_alone = !counts(c)
+            && matches!(
+                (call_mode(c, stock_first), next),
+                (Mode::Serve, _) | (_, None)
+            );
+        symbol.direct.get_or_init(|| ours_alone.then_some(kernel));
+    })
 }
 
 /// Serves a `dequantize_row_*` call for a format of `B` blocks of `qk` weights; `stock_first` as in `call_mode`.
@@ -924,22 +1050,6 @@ unsafe fn dequantize_rows<B: RawBlock>(
 }
 
 /// # Safety
-/// ggml's contract for `ggml_vec_dot_q2_0_q8_0`.
-pub unsafe fn vec_dot_q2_0_q8_0(a: VecDotArgs) {
-    // SAFETY: passed on.
-    unsafe {
-        vec_dot_rows::<BlockQ2_0>(
-            "ggml_vec_dot_q2_0_q8_0",
-            |n| n.vec_dot_q2_0_q8_0,
-            false,
-            64,
-            Kernels::vec_dot_q2_0_q8_0,
-            a,
-        )
-    }
-}
-
-/// # Safety
 /// ggml's contract for `dequantize_row_q2_0`.
 pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
     // SAFETY: passed on.
@@ -956,23 +1066,6 @@ pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
 }
 
 /// # Safety
-/// ggml's contract for `ggml_vec_dot_q1_0_q8_0`.
-pub unsafe fn vec_dot_q1_0_q8_0(a: VecDotArgs) {
-    let stock_first = !config().kernels.serves_q1_0_over_stock();
-    // SAFETY: passed on.
-    unsafe {
-        vec_dot_rows::<BlockQ1_0>(
-            "ggml_vec_dot_q1_0_q8_0",
-            |n| n.vec_dot_q1_0_q8_0,
-            stock_first,
-            128,
-            Kernels::vec_dot_q1_0_q8_0,
-            a,
-        )
-    }
-}
-
-/// # Safety
 /// ggml's contract for `dequantize_row_q1_0`.
 pub unsafe fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: i64) {
     // SAFETY: passed on; ours (the scalar model) is no faster than stock's.
@@ -984,44 +1077,6 @@ pub unsafe fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: i64) {
             128,
             Kernels::dequantize_row_q1_0,
             (vx, y, k),
-        )
-    }
-}
-
-/// Serves a `ggml_vec_dot_*_q8_K` call for a format of `B` blocks of 256 weights: `n/256` whole blocks of
-/// each side; `stock_first` as in `call_mode`.
-///
-/// # Safety
-/// ggml's contract for the symbol: `vx` and `vy` hold `n/256` blocks each, `s` is writable.
-#[inline(always)]
-unsafe fn vec_dot_q8_k_rows<B: RawBlock>(
-    symbol: &str,
-    next: impl Fn(&Next) -> Option<VecDotFn>,
-    stock_first: bool,
-    kernel: impl Fn(&Kernels, &[B], &[BlockQ8K]) -> f32,
-    a: VecDotArgs,
-) {
-    let c = config();
-    let nb = whole_blocks(a.n as i64, 256);
-    // SAFETY: the caller's contract: `vx` and `vy` hold `nb` blocks each.
-    let ours = || unsafe { kernel(&c.kernels, view(a.vx, nb), view(a.vy, nb)) };
-    // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
-    unsafe { serve_vec_dot(symbol, next(&c.next), stock_first, a, ours) }
-}
-
-/// # Safety
-/// ggml's contract for `ggml_vec_dot_tq2_0_q8_K`.
-pub unsafe fn vec_dot_tq2_0_q8_k(a: VecDotArgs) {
-    // Stock haswell's TQ2_0 is served only where ours measured faster (`Kernels::serves_tq2_0_over_stock`).
-    let stock_first = !config().kernels.serves_tq2_0_over_stock();
-    // SAFETY: passed on.
-    unsafe {
-        vec_dot_q8_k_rows::<BlockTQ2_0>(
-            "ggml_vec_dot_tq2_0_q8_K",
-            |n| n.vec_dot_tq2_0_q8_k,
-            stock_first,
-            Kernels::vec_dot_tq2_0_q8_k,
-            a,
         )
     }
 }
@@ -1066,25 +1121,6 @@ impl IqSymbol for BlockIQ3S {
     const INDEX: usize = 4;
 }
 
-/// Serves `ggml_vec_dot_<iq format>_q8_K`; passed to stock where ours is not faster
-/// (`Kernels::serves_iq_over_stock`).
-///
-/// # Safety
-/// ggml's contract for the symbol.
-pub unsafe fn vec_dot_iq_q8_k<B: IqSymbol>(a: VecDotArgs) {
-    let stock_first = !config().kernels.serves_iq_over_stock::<B>();
-    // SAFETY: passed on.
-    unsafe {
-        vec_dot_q8_k_rows::<B>(
-            B::VEC_DOT_NAME,
-            |n| n.vec_dot_iq[B::INDEX],
-            stock_first,
-            Kernels::vec_dot_iq_q8_k::<B>,
-            a,
-        )
-    }
-}
-
 /// Serves `dequantize_row_<iq format>`; ours (the scalar model) is no faster than stock's: stock first.
 ///
 /// # Safety
@@ -1099,22 +1135,6 @@ pub unsafe fn dequantize_row_iq<B: IqSymbol>(vx: *const c_void, y: *mut f32, k: 
             256,
             Kernels::dequantize_row_iq::<B>,
             (vx, y, k),
-        )
-    }
-}
-
-/// # Safety
-/// ggml's contract for `ggml_vec_dot_tq1_0_q8_K`.
-pub unsafe fn vec_dot_tq1_0_q8_k(a: VecDotArgs) {
-    let stock_first = !config().kernels.serves_tq1_0_over_stock();
-    // SAFETY: passed on.
-    unsafe {
-        vec_dot_q8_k_rows::<BlockTQ1_0>(
-            "ggml_vec_dot_tq1_0_q8_K",
-            |n| n.vec_dot_tq1_0_q8_k,
-            stock_first,
-            Kernels::vec_dot_tq1_0_q8_k,
-            a,
         )
     }
 }
@@ -1152,22 +1172,6 @@ pub unsafe fn dequantize_row_tq2_0(vx: *const c_void, y: *mut f32, k: i64) {
 }
 
 /// # Safety
-/// The fork's contract for `ggml_vec_dot_pq2_0_q8_0`.
-pub unsafe fn vec_dot_pq2_0_q8_0(a: VecDotArgs) {
-    // SAFETY: passed on.
-    unsafe {
-        vec_dot_rows::<BlockPQ2_0>(
-            "ggml_vec_dot_pq2_0_q8_0",
-            |n| n.vec_dot_pq2_0_q8_0,
-            false,
-            128,
-            Kernels::vec_dot_pq2_0_q8_0,
-            a,
-        )
-    }
-}
-
-/// # Safety
 /// The fork's contract for `dequantize_row_pq2_0`.
 pub unsafe fn dequantize_row_pq2_0(vx: *const c_void, y: *mut f32, k: i64) {
     // SAFETY: passed on.
@@ -1179,22 +1183,6 @@ pub unsafe fn dequantize_row_pq2_0(vx: *const c_void, y: *mut f32, k: i64) {
             128,
             Kernels::dequantize_row_pq2_0,
             (vx, y, k),
-        )
-    }
-}
-
-/// # Safety
-/// The fork's contract for `ggml_vec_dot_ptq1_0_q8_0`.
-pub unsafe fn vec_dot_ptq1_0_q8_0(a: VecDotArgs) {
-    // SAFETY: passed on.
-    unsafe {
-        vec_dot_rows::<BlockPTQ1_0>(
-            "ggml_vec_dot_ptq1_0_q8_0",
-            |n| n.vec_dot_ptq1_0_q8_0,
-            false,
-            128,
-            Kernels::vec_dot_ptq1_0_q8_0,
-            a,
         )
     }
 }
