@@ -905,55 +905,55 @@ impl<B: VecDotEntry> VecDotSymbol<B> {
     }
 }
 
-pub static VEC_DOT_Q2_0: VecDotSymbol<BlockQ2_0> =
+pub(crate) static VEC_DOT_Q2_0: VecDotSymbol<BlockQ2_0> =
     VecDotSymbol::new("ggml_vec_dot_q2_0_q8_0", |n| n.vec_dot_q2_0_q8_0, |_| true);
-pub static VEC_DOT_Q1_0: VecDotSymbol<BlockQ1_0> = VecDotSymbol::new(
+pub(crate) static VEC_DOT_Q1_0: VecDotSymbol<BlockQ1_0> = VecDotSymbol::new(
     "ggml_vec_dot_q1_0_q8_0",
     |n| n.vec_dot_q1_0_q8_0,
     Kernels::serves_q1_0_over_stock,
 );
-pub static VEC_DOT_PQ2_0: VecDotSymbol<BlockPQ2_0> = VecDotSymbol::new(
+pub(crate) static VEC_DOT_PQ2_0: VecDotSymbol<BlockPQ2_0> = VecDotSymbol::new(
     "ggml_vec_dot_pq2_0_q8_0",
     |n| n.vec_dot_pq2_0_q8_0,
     |_| true,
 );
-pub static VEC_DOT_PTQ1_0: VecDotSymbol<BlockPTQ1_0> = VecDotSymbol::new(
+pub(crate) static VEC_DOT_PTQ1_0: VecDotSymbol<BlockPTQ1_0> = VecDotSymbol::new(
     "ggml_vec_dot_ptq1_0_q8_0",
     |n| n.vec_dot_ptq1_0_q8_0,
     |_| true,
 );
 // Stock haswell's TQ2_0 is served only where ours measured faster (`Kernels::serves_tq2_0_over_stock`).
-pub static VEC_DOT_TQ2_0: VecDotSymbol<BlockTQ2_0> = VecDotSymbol::new(
+pub(crate) static VEC_DOT_TQ2_0: VecDotSymbol<BlockTQ2_0> = VecDotSymbol::new(
     "ggml_vec_dot_tq2_0_q8_K",
     |n| n.vec_dot_tq2_0_q8_k,
     Kernels::serves_tq2_0_over_stock,
 );
-pub static VEC_DOT_TQ1_0: VecDotSymbol<BlockTQ1_0> = VecDotSymbol::new(
+pub(crate) static VEC_DOT_TQ1_0: VecDotSymbol<BlockTQ1_0> = VecDotSymbol::new(
     "ggml_vec_dot_tq1_0_q8_K",
     |n| n.vec_dot_tq1_0_q8_k,
     Kernels::serves_tq1_0_over_stock,
 );
-pub static VEC_DOT_IQ2_XXS: VecDotSymbol<BlockIQ2XXS> = VecDotSymbol::new(
+pub(crate) static VEC_DOT_IQ2_XXS: VecDotSymbol<BlockIQ2XXS> = VecDotSymbol::new(
     BlockIQ2XXS::VEC_DOT_NAME,
     |n| n.vec_dot_iq[BlockIQ2XXS::INDEX],
     Kernels::serves_iq_over_stock::<BlockIQ2XXS>,
 );
-pub static VEC_DOT_IQ2_XS: VecDotSymbol<BlockIQ2XS> = VecDotSymbol::new(
+pub(crate) static VEC_DOT_IQ2_XS: VecDotSymbol<BlockIQ2XS> = VecDotSymbol::new(
     BlockIQ2XS::VEC_DOT_NAME,
     |n| n.vec_dot_iq[BlockIQ2XS::INDEX],
     Kernels::serves_iq_over_stock::<BlockIQ2XS>,
 );
-pub static VEC_DOT_IQ2_S: VecDotSymbol<BlockIQ2S> = VecDotSymbol::new(
+pub(crate) static VEC_DOT_IQ2_S: VecDotSymbol<BlockIQ2S> = VecDotSymbol::new(
     BlockIQ2S::VEC_DOT_NAME,
     |n| n.vec_dot_iq[BlockIQ2S::INDEX],
     Kernels::serves_iq_over_stock::<BlockIQ2S>,
 );
-pub static VEC_DOT_IQ3_XXS: VecDotSymbol<BlockIQ3XXS> = VecDotSymbol::new(
+pub(crate) static VEC_DOT_IQ3_XXS: VecDotSymbol<BlockIQ3XXS> = VecDotSymbol::new(
     BlockIQ3XXS::VEC_DOT_NAME,
     |n| n.vec_dot_iq[BlockIQ3XXS::INDEX],
     Kernels::serves_iq_over_stock::<BlockIQ3XXS>,
 );
-pub static VEC_DOT_IQ3_S: VecDotSymbol<BlockIQ3S> = VecDotSymbol::new(
+pub(crate) static VEC_DOT_IQ3_S: VecDotSymbol<BlockIQ3S> = VecDotSymbol::new(
     BlockIQ3S::VEC_DOT_NAME,
     |n| n.vec_dot_iq[BlockIQ3S::INDEX],
     Kernels::serves_iq_over_stock::<BlockIQ3S>,
