@@ -6,7 +6,8 @@
 //!   computes an empty sum (`*s = 0`) or writes nothing.
 //! - `nrc` and the strides `bs`, `bx`, `by` are ignored: one value is computed, as release builds do for these
 //!   types (debug builds of ggml assert `nrc == 1`).
-//! - No panic crosses this boundary: an unexpected one prints a message and aborts the process.
+//! - No panic crosses this boundary: an unexpected one prints a message and aborts the process (through `guard`,
+//!   or, on a vec_dot symbol's direct path, through Rust's abort at the `extern "C"` boundary).
 
 use std::ffi::{c_char, c_int, c_void};
 
