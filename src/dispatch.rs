@@ -238,6 +238,40 @@ pub fn iq_gathers() -> bool {
     *GATHERS.get_or_init(|| env_flag("GGML_LOWBIT_IQ_GATHER").unwrap_or_else(cpu_is_intel))
 }
 
+/// Whether the AVX-512 TQ2_0 kernel measured faster than stock haswell's on this kind of CPU: Intel, or AMD
+/// family 26 (Zen 5) and later (`Kernels::serves_tq2_0_over_stock`).
+fn tq2_0_avx512_beats_haswell() -> bool {
+    cpu_is_intel() || cpu_family() >= 26
+}
+
+/// The CPU's family as CPUID reports it (base family, plus the extended family where the base is 15); read once.
+pub fn cpu_family() -> u32 {
+    static FAMILY: OnceLock<u32> = OnceLock::new();
+    *FAMILY.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: CPUID leaf 1 exists on every x86-64 CPU.
+            #[allow(unused_unsafe)]
+            let eax = unsafe { std::arch::x86_64::__cpuid(1) }.eax;
+            family_from_cpuid_eax(eax)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            0
+        }
+    })
+}
+
+/// The family in CPUID leaf 1's `eax`: bits 8..12, plus bits 20..28 when those are 15.
+fn family_from_cpuid_eax(eax: u32) -> u32 {
+    let base = (eax >> 8) & 0xf;
+    if base == 0xf {
+        base + ((eax >> 20) & 0xff)
+    } else {
+        base
+    }
+}
+
 /// Whether the CPU's vendor string is `GenuineIntel`; read once (CPUID traps to the hypervisor in a VM).
 pub fn cpu_is_intel() -> bool {
     static INTEL: OnceLock<bool> = OnceLock::new();
@@ -617,11 +651,12 @@ impl Kernels {
     }
 
     /// Whether this table's TQ2_0 kernel beats stock's: the AVX2 and AVX-512 ones against the x64 build's
-    /// generic C; against the haswell build's AVX2 kernel the AVX-512 one on Intel CPUs only (1.01–1.15× on the
-    /// Emerald Rapids Xeon, 2026-12-02; on Zen 4, which splits 512-bit operations in two, no variant passed
-    /// 1.07× and most were slower; on Zen 5 0.96–1.24× over five runs: `docs/tq2_0.md`).
+    /// generic C; against the haswell build's AVX2 kernel the AVX-512 one on Intel CPUs (1.01–1.15× on the
+    /// Emerald Rapids Xeon, 2026-12-02) and on AMD's Zen 5 and later (family 26 on: 0.96–1.24× over five runs
+    /// before the vec_dot exports' direct path, 1.09–1.24× in every run since); not on Zen 4, which splits
+    /// 512-bit operations in two, where no variant passed 1.07× and most were slower (`docs/tq2_0.md`).
     pub fn serves_tq2_0_over_stock(&self) -> bool {
-        self.simd_over_generic_c() || (self.isa >= Isa::Avx512 && cpu_is_intel())
+        self.simd_over_generic_c() || (self.isa >= Isa::Avx512 && tq2_0_avx512_beats_haswell())
     }
 
     /// An IQ format against `x.len()` q8_K blocks, in the haswell build's eight-lane order or the x64 build's
@@ -868,9 +903,18 @@ mod tests {
     use super::*;
     use crate::formats::{iq2_s::BlockIQ2S, iq3_s::BlockIQ3S};
 
+    /// CPUID leaf 1 `eax` of the three machines measured: Zen 5 EPYC (family 26), Zen 4 EPYC (25), Emerald
+    /// Rapids Xeon (6).
+    #[test]
+    fn cpu_families_decode_as_lscpu_shows_them() {
+        assert_eq!(family_from_cpuid_eax(0x00B0_0F21), 26);
+        assert_eq!(family_from_cpuid_eax(0x00A1_0F11), 25);
+        assert_eq!(family_from_cpuid_eax(0x000C_06F2), 6);
+    }
+
     /// The serve decisions per table, as `docs/PERFORMANCE.md` measured them: every Q1_0 and q8_K dot product
     /// over the x64 build's generic C from AVX2 up; over stock haswell only the AVX-512 kernels that beat its
-    /// AVX2 ones (not TQ2_0); the q8_K quantizer (scalar C in both builds) from AVX2 up; nothing from
+    /// AVX2 ones (TQ2_0 on Intel and Zen 5 only); the q8_K quantizer (scalar C in both builds) from AVX2 up; nothing from
     /// the scalar table. Each table is checked at the instruction set it really got on this CPU.
     #[test]
     fn serve_decisions_follow_the_measurements() {
@@ -884,7 +928,7 @@ mod tests {
                 assert_eq!(k.serves_q8_k_over_stock(), simd, "{what}");
                 assert_eq!(
                     k.serves_tq2_0_over_stock(),
-                    simd && (x64 || (avx512 && cpu_is_intel())),
+                    simd && (x64 || (avx512 && (cpu_is_intel() || cpu_family() >= 26))),
                     "{what}"
                 );
                 assert_eq!(

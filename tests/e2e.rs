@@ -248,7 +248,7 @@ fn tiny_tq1_0_model_gives_identical_text_and_perplexity_on_every_build() {
 }
 
 /// TQ2_0 (2-bit ternary codes, q8_K activations). Served in front of the x64 build, passed to stock haswell
-/// except with AVX-512 on Intel CPUs (`Kernels::serves_tq2_0_over_stock`), so the runs set
+/// except with AVX-512 on Intel CPUs and Zen 5 (`Kernels::serves_tq2_0_over_stock`), so the runs set
 /// `GGML_LOWBIT_SERVE_ALL=1`: our kernels compute in every column;
 /// once with the best instruction set and once capped at AVX2 (the kernels a CPU without AVX-512 runs).
 #[test]
