@@ -905,6 +905,18 @@ impl<B: VecDotEntry> VecDotSymbol<B> {
     }
 }
 
+impl<B: IqSymbol + VecDotEntry> VecDotSymbol<B> {
+    /// An IQ format's vec_dot symbol (`IQ_SYMBOLS`), passed to stock where ours is not faster
+    /// (`Kernels::serves_iq_over_stock`).
+    const fn iq() -> Self {
+        VecDotSymbol::new(
+            B::VEC_DOT_NAME,
+            |n| n.vec_dot_iq[B::INDEX],
+            Kernels::serves_iq_over_stock::<B>,
+        )
+    }
+}
+
 pub(crate) static VEC_DOT_Q2_0: VecDotSymbol<BlockQ2_0> =
     VecDotSymbol::new("ggml_vec_dot_q2_0_q8_0", |n| n.vec_dot_q2_0_q8_0, |_| true);
 pub(crate) static VEC_DOT_Q1_0: VecDotSymbol<BlockQ1_0> = VecDotSymbol::new(
@@ -933,31 +945,11 @@ pub(crate) static VEC_DOT_TQ1_0: VecDotSymbol<BlockTQ1_0> = VecDotSymbol::new(
     |n| n.vec_dot_tq1_0_q8_k,
     Kernels::serves_tq1_0_over_stock,
 );
-pub(crate) static VEC_DOT_IQ2_XXS: VecDotSymbol<BlockIQ2XXS> = VecDotSymbol::new(
-    BlockIQ2XXS::VEC_DOT_NAME,
-    |n| n.vec_dot_iq[BlockIQ2XXS::INDEX],
-    Kernels::serves_iq_over_stock::<BlockIQ2XXS>,
-);
-pub(crate) static VEC_DOT_IQ2_XS: VecDotSymbol<BlockIQ2XS> = VecDotSymbol::new(
-    BlockIQ2XS::VEC_DOT_NAME,
-    |n| n.vec_dot_iq[BlockIQ2XS::INDEX],
-    Kernels::serves_iq_over_stock::<BlockIQ2XS>,
-);
-pub(crate) static VEC_DOT_IQ2_S: VecDotSymbol<BlockIQ2S> = VecDotSymbol::new(
-    BlockIQ2S::VEC_DOT_NAME,
-    |n| n.vec_dot_iq[BlockIQ2S::INDEX],
-    Kernels::serves_iq_over_stock::<BlockIQ2S>,
-);
-pub(crate) static VEC_DOT_IQ3_XXS: VecDotSymbol<BlockIQ3XXS> = VecDotSymbol::new(
-    BlockIQ3XXS::VEC_DOT_NAME,
-    |n| n.vec_dot_iq[BlockIQ3XXS::INDEX],
-    Kernels::serves_iq_over_stock::<BlockIQ3XXS>,
-);
-pub(crate) static VEC_DOT_IQ3_S: VecDotSymbol<BlockIQ3S> = VecDotSymbol::new(
-    BlockIQ3S::VEC_DOT_NAME,
-    |n| n.vec_dot_iq[BlockIQ3S::INDEX],
-    Kernels::serves_iq_over_stock::<BlockIQ3S>,
-);
+pub(crate) static VEC_DOT_IQ2_XXS: VecDotSymbol<BlockIQ2XXS> = VecDotSymbol::iq();
+pub(crate) static VEC_DOT_IQ2_XS: VecDotSymbol<BlockIQ2XS> = VecDotSymbol::iq();
+pub(crate) static VEC_DOT_IQ2_S: VecDotSymbol<BlockIQ2S> = VecDotSymbol::iq();
+pub(crate) static VEC_DOT_IQ3_XXS: VecDotSymbol<BlockIQ3XXS> = VecDotSymbol::iq();
+pub(crate) static VEC_DOT_IQ3_S: VecDotSymbol<BlockIQ3S> = VecDotSymbol::iq();
 
 /// Serves one call of a vec_dot symbol over `n/QK` whole weight blocks (C's integer division): straight to
 /// our kernel once `symbol.direct` says so, else through `vec_dot_configured`. The direct path has no panic
