@@ -914,8 +914,8 @@ mod tests {
 
     /// The serve decisions per table, as `docs/PERFORMANCE.md` measured them: every Q1_0 and q8_K dot product
     /// over the x64 build's generic C from AVX2 up; over stock haswell only the AVX-512 kernels that beat its
-    /// AVX2 ones (TQ2_0 on Intel and Zen 5 only); the q8_K quantizer (scalar C in both builds) from AVX2 up; nothing from
-    /// the scalar table. Each table is checked at the instruction set it really got on this CPU.
+    /// AVX2 ones (TQ2_0 on Intel and Zen 5 only); the q8_K quantizer (scalar C in both builds) from AVX2 up;
+    /// nothing from the scalar table. Each table is checked at the instruction set it really got on this CPU.
     #[test]
     fn serve_decisions_follow_the_measurements() {
         for isa in Isa::ALL {
