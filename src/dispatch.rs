@@ -139,40 +139,35 @@ pub trait VecDotEntry: RawBlock {
 }
 
 macro_rules! vec_dot_entry {
-    ($block:ty, $y:ty, $qk:expr, $field:ident) => {
+    (@impl $block:ty, $qk:expr, $y:ty, $y_qk:expr, $field:ident) => {
         impl VecDotEntry for $block {
             type Y = $y;
             const QK: usize = $qk;
-            const Y_PER_BLOCK: usize = $qk / <$y as ActivationBlock>::QK;
+            const Y_PER_BLOCK: usize = $qk / $y_qk;
             fn vec_dot_entry(k: &Kernels) -> RowDot<Self, $y> {
                 k.$field
             }
         }
     };
+    (q8_0: $block:ty, $qk:expr, $field:ident) => {
+        vec_dot_entry!(@impl $block, $qk, BlockQ8_0, q8_0::QK8_0, $field);
+    };
+    (q8_K: $block:ty, $field:ident) => {
+        vec_dot_entry!(@impl $block, q8_k::QK_K, BlockQ8K, q8_k::QK_K, $field);
+    };
 }
 
-/// Values per activation block.
-trait ActivationBlock {
-    const QK: usize;
-}
-impl ActivationBlock for BlockQ8_0 {
-    const QK: usize = 32;
-}
-impl ActivationBlock for BlockQ8K {
-    const QK: usize = 256;
-}
-
-vec_dot_entry!(BlockQ2_0, BlockQ8_0, 64, vec_dot_q2_0_q8_0);
-vec_dot_entry!(BlockQ1_0, BlockQ8_0, 128, vec_dot_q1_0_q8_0);
-vec_dot_entry!(BlockPQ2_0, BlockQ8_0, 128, vec_dot_pq2_0_q8_0);
-vec_dot_entry!(BlockPTQ1_0, BlockQ8_0, 128, vec_dot_ptq1_0_q8_0);
-vec_dot_entry!(BlockTQ2_0, BlockQ8K, 256, vec_dot_tq2_0_q8_k);
-vec_dot_entry!(BlockTQ1_0, BlockQ8K, 256, vec_dot_tq1_0_q8_k);
-vec_dot_entry!(BlockIQ2XXS, BlockQ8K, 256, vec_dot_iq2_xxs_q8_k);
-vec_dot_entry!(BlockIQ2XS, BlockQ8K, 256, vec_dot_iq2_xs_q8_k);
-vec_dot_entry!(BlockIQ2S, BlockQ8K, 256, vec_dot_iq2_s_q8_k);
-vec_dot_entry!(BlockIQ3XXS, BlockQ8K, 256, vec_dot_iq3_xxs_q8_k);
-vec_dot_entry!(BlockIQ3S, BlockQ8K, 256, vec_dot_iq3_s_q8_k);
+vec_dot_entry!(q8_0: BlockQ2_0, q2_0::QK2_0, vec_dot_q2_0_q8_0);
+vec_dot_entry!(q8_0: BlockQ1_0, q1_0::QK1_0, vec_dot_q1_0_q8_0);
+vec_dot_entry!(q8_0: BlockPQ2_0, pq2_0::QK_PQ2_0, vec_dot_pq2_0_q8_0);
+vec_dot_entry!(q8_0: BlockPTQ1_0, ptq1_0::QK_PTQ1_0, vec_dot_ptq1_0_q8_0);
+vec_dot_entry!(q8_K: BlockTQ2_0, vec_dot_tq2_0_q8_k);
+vec_dot_entry!(q8_K: BlockTQ1_0, vec_dot_tq1_0_q8_k);
+vec_dot_entry!(q8_K: BlockIQ2XXS, vec_dot_iq2_xxs_q8_k);
+vec_dot_entry!(q8_K: BlockIQ2XS, vec_dot_iq2_xs_q8_k);
+vec_dot_entry!(q8_K: BlockIQ2S, vec_dot_iq2_s_q8_k);
+vec_dot_entry!(q8_K: BlockIQ3XXS, vec_dot_iq3_xxs_q8_k);
+vec_dot_entry!(q8_K: BlockIQ3S, vec_dot_iq3_s_q8_k);
 
 /// Whether the AVX-512 TQ1_0 kernel measured faster than stock haswell's AVX2 one (1.10–1.13×,
 /// `docs/tq1_0.md`).

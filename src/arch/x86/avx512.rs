@@ -1703,9 +1703,9 @@ unsafe fn entries_by_loads(words: &[u64; 8], table: *const i64) -> [__m512i; 4] 
                 );
                 v
             };
-            let lo = _mm512_inserti32x4::<1>(_mm512_castsi128_si512(pair(w0, 0)), pair(w0, 2));
-            let lo = _mm512_inserti32x4::<2>(lo, pair(w1, 0));
-            *o = _mm512_inserti32x4::<3>(lo, pair(w1, 2));
+            let v = _mm512_inserti32x4::<1>(_mm512_castsi128_si512(pair(w0, 0)), pair(w0, 2));
+            let v = _mm512_inserti32x4::<2>(v, pair(w1, 0));
+            *o = _mm512_inserti32x4::<3>(v, pair(w1, 2));
         }
         out
     }
