@@ -886,7 +886,7 @@ pub struct VecDotSymbol<B: VecDotEntry> {
     /// Our kernel, when nothing but it runs for this symbol's calls (mode `Serve`, ours chosen over stock, no
     /// counting): set by the first call, after which each call goes straight to it from the export, without
     /// the configuration's checks, the panic guard's frame and two more calls. That path cost about 6 ns a
-    /// call on the Zen 5 machine, a sixth of a 4096-weight Q1_0 row (`docs/PERFORMANCE.md`).
+    /// call on the Zen 5 machine, about a twelfth of a 4096-weight Q1_0 row (`docs/PERFORMANCE.md`).
     direct: OnceLock<Option<RowDot<B, B::Y>>>,
 }
 
