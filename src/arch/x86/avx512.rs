@@ -1006,56 +1006,89 @@ unsafe fn scale_halves(lo: u16, hi: u16) -> __m512 {
     v
 }
 
-/// Stock's haswell chain of the two Q1_0 blocks at `xb` (`acc_block` per block, then
-/// `acc = fma(d0, acc_block, acc)` for each in order), continuing `acc`, with both blocks in 512-bit vectors: for
-/// quarter `k`, block `2p`'s q8_0 quants in the low half and block `2p + 1`'s in the high half (one insert from
-/// memory), negated as bytes where their bit is clear (one masked `vpsubb` under the two blocks' 32-bit quarter
-/// masks joined in scalar registers; −128 stays −128 as in stock's `(q ^ m) − m`), `vpdpbusd` against ones for
-/// the 4-byte lane sums, and the scales `[d1 ×8 | d1' ×8]`: stock's per-lane chain runs once for both blocks,
-/// only the last FMA per block on eight lanes.
+/// The integer half of stock's haswell order for the two Q1_0 blocks at `xb` against their eight q8_0 blocks at
+/// `yb`, in 512-bit vectors: for quarter `k`, block `2p`'s q8_0 quants in the low half and block `2p + 1`'s in
+/// the high half (one insert from memory), negated as bytes where their bit is clear (one masked `vpsubb` under
+/// the two blocks' 32-bit quarter masks joined in scalar registers; −128 stays −128 as in stock's
+/// `(q ^ m) − m`), `vpdpbusd` against ones for the 4-byte lane sums, converted; with them the scales
+/// `[d1 ×8 | d1' ×8]`. `q1_pair_chain` then runs stock's per-lane chain once for both blocks.
+///
+/// The sign bits come in four 8-byte loads (two quarters of one block each), not eight 4-byte ones: on Zen 5
+/// this loop is bound by its loads (about three a cycle, a vector load across a cache line counting twice), and
+/// the extra shifts and masks cost nothing there (PERFORMANCE.md, seventh session).
+struct Q1PairLanes {
+    sums: [__m512; 4],
+    scales: [__m512; 4],
+}
+
+/// `Q1PairLanes` of the pair at `xb`, `yb`.
 ///
 /// # Safety
 /// Two blocks at `xb` and their eight q8_0 blocks at `yb`; the calling kernel enables the features.
 #[inline(always)]
-unsafe fn q1_haswell_block_pair(acc: __m256, xb: *const u8, yb: *const u8) -> __m256 {
-    // SAFETY (whole body): every read is inside the two blocks or their q8_0 blocks (quarter masks at bytes
-    // 2 + 4k of each block, quants at byte 2 of each q8_0 block, scales at byte 0); features from the caller.
+unsafe fn q1_pair_lanes(xb: *const u8, yb: *const u8) -> Q1PairLanes {
+    // SAFETY (whole body): every read is inside the two blocks or their q8_0 blocks (sign bits at bytes 2..18 of
+    // each block, quants at byte 2 of each q8_0 block, scales at byte 0); features from the caller.
     unsafe {
         let zero = _mm512_setzero_si512();
         let xb1 = xb.add(Q1_BYTES);
-        let bits =
-            |x: *const u8, k: usize| (x.add(2 + 4 * k) as *const u32).read_unaligned() as u64;
+        // Bytes 2 + 8h.. of a block: quarter 2h in the low 32 bits, quarter 2h + 1 in the high 32. Quarter k's
+        // mask is the first block's 32 bits below the second's, inverted (the negated bytes are the clear bits).
+        let bits = |x: *const u8, h: usize| (x.add(2 + 8 * h) as *const u64).read_unaligned();
+        let (a0, b0, a1, b1) = (bits(xb, 0), bits(xb1, 0), bits(xb, 1), bits(xb1, 1));
+        let clear_masks = [
+            !((a0 & 0xffff_ffff) | b0 << 32),
+            !(a0 >> 32 | (b0 & 0xffff_ffff_0000_0000)),
+            !((a1 & 0xffff_ffff) | b1 << 32),
+            !(a1 >> 32 | (b1 & 0xffff_ffff_0000_0000)),
+        ];
         let half = |q8: *const u8| (q8 as *const u16).read_unaligned();
-        let mut acc_block = _mm512_setzero_ps();
+        let mut out = Q1PairLanes {
+            sums: [_mm512_setzero_ps(); 4],
+            scales: [_mm512_setzero_ps(); 4],
+        };
         for k in 0..4 {
             let (y0, y1) = (yb.add(k * Q8_BYTES), yb.add((k + 4) * Q8_BYTES));
             let q = _mm512_inserti64x4::<1>(
                 _mm512_castsi256_si512(_mm256_loadu_si256(y0.add(2) as *const __m256i)),
                 _mm256_loadu_si256(y1.add(2) as *const __m256i),
             );
-            let clear = !(bits(xb, k) | bits(xb1, k) << 32);
-            let signed = _mm512_mask_sub_epi8(q, clear, zero, q);
-            let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), signed));
-            let d1 = scale_halves(half(y0), half(y1));
-            acc_block = if k == 0 {
-                _mm512_mul_ps(d1, s)
-            } else {
-                _mm512_fmadd_ps(d1, s, acc_block)
-            };
+            let signed = _mm512_mask_sub_epi8(q, clear_masks[k], zero, q);
+            out.sums[k] =
+                _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), signed));
+            out.scales[k] = scale_halves(half(y0), half(y1));
+        }
+        out
+    }
+}
+
+/// Stock's haswell chain of the pair at `xb` from its `lanes`, continuing `acc`: `acc_block = d1_0·s_0` and
+/// three FMAs on sixteen lanes (both blocks at once), then `acc = fma(d0, acc_block, acc)` for each block in
+/// order on eight.
+///
+/// # Safety
+/// Two blocks at `xb`; the calling kernel enables the features.
+#[inline(always)]
+unsafe fn q1_pair_chain(acc: __m256, xb: *const u8, lanes: &Q1PairLanes) -> __m256 {
+    // SAFETY: the two blocks' f16 scales at bytes 0 and Q1_BYTES are inside them; features from the caller.
+    unsafe {
+        let mut acc_block = _mm512_mul_ps(lanes.scales[0], lanes.sums[0]);
+        for k in 1..4 {
+            acc_block = _mm512_fmadd_ps(lanes.scales[k], lanes.sums[k], acc_block);
         }
         let lo = _mm512_castps512_ps256(acc_block);
         let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc_block)));
         let acc = _mm256_fmadd_ps(broadcast_half(xb), lo, acc);
-        _mm256_fmadd_ps(broadcast_half(xb1), hi, acc)
+        _mm256_fmadd_ps(broadcast_half(xb.add(Q1_BYTES)), hi, acc)
     }
 }
 
 /// `ggml_vec_dot_q1_0_q8_0` with the haswell build's eight-lane order (`HASWELL = true`) or the x64 build's
 /// generic chain.
 ///
-/// Haswell: two blocks at a time (`q1_haswell_block_pair`), a last lone block by two `q1_quarter_pair_lanes`
-/// (quarters 0, 1 and 2, 3 in 512-bit steps) and stock's chain on eight lanes; the only dependent chain is the
-/// `acc` FMA per block, and out-of-order execution overlaps the blocks' other work. `hsum_float_8` at the end.
+/// Haswell: two blocks at a time (`q1_pair_lanes`, then `q1_pair_chain` one pair behind), a last lone block by
+/// two `q1_quarter_pair_lanes` (quarters 0, 1 and 2, 3 in 512-bit steps) and stock's chain on eight lanes; the
+/// only dependent chain across pairs is the `acc` FMA per block. `hsum_float_8` at the end.
 ///
 /// x64: the generic chain is the fork formats' unfused chain (`fork_block_batches::<false>`), each 64-weight
 /// half's weights as bytes `2·bit` (so `Σ(w − 1)·q = Σ ±q` with −(−128) = +128, as C's `int`).
@@ -1085,11 +1118,20 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
     unsafe {
         let mut acc = _mm256_setzero_ps();
         let pairs = x.len() / 2;
-        for p in 0..pairs {
-            let xb = xp.add(2 * p * Q1_BYTES);
-            // The pair's 36 bytes, 2 KiB ahead (once per four blocks measured no faster: PERFORMANCE.md).
-            prefetch_ahead(xb, 2 * Q1_BYTES);
-            acc = q1_haswell_block_pair(acc, xb, yp.add(8 * p * Q8_BYTES));
+        let pair_x = |p: usize| xp.add(2 * p * Q1_BYTES);
+        if pairs > 0 {
+            // Software-pipelined: pair p's integer half is written before pair p − 1's float chain, so that
+            // the chain's operations enter the scheduler behind independent work rather than waiting in it
+            // (Zen 5: 5–9 % faster in the VM's disturbed minutes, the same in quiet ones: PERFORMANCE.md).
+            let mut lanes = q1_pair_lanes(pair_x(0), yp);
+            for p in 1..pairs {
+                // The pair's 36 bytes, 2 KiB ahead (once per four blocks measured no faster: PERFORMANCE.md).
+                prefetch_ahead(pair_x(p), 2 * Q1_BYTES);
+                let next = q1_pair_lanes(pair_x(p), yp.add(8 * p * Q8_BYTES));
+                acc = q1_pair_chain(acc, pair_x(p - 1), &lanes);
+                lanes = next;
+            }
+            acc = q1_pair_chain(acc, pair_x(pairs - 1), &lanes);
         }
         if x.len() % 2 == 1 {
             let i = x.len() - 1;
