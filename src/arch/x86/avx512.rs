@@ -1047,13 +1047,13 @@ unsafe fn q1_pair_lanes(xb: *const u8, yb: *const u8) -> Q1PairLanes {
             sums: [_mm512_setzero_ps(); 4],
             scales: [_mm512_setzero_ps(); 4],
         };
-        for k in 0..4 {
+        for (k, &clear) in clear_masks.iter().enumerate() {
             let (y0, y1) = (yb.add(k * Q8_BYTES), yb.add((k + 4) * Q8_BYTES));
             let q = _mm512_inserti64x4::<1>(
                 _mm512_castsi256_si512(_mm256_loadu_si256(y0.add(2) as *const __m256i)),
                 _mm256_loadu_si256(y1.add(2) as *const __m256i),
             );
-            let signed = _mm512_mask_sub_epi8(q, clear_masks[k], zero, q);
+            let signed = _mm512_mask_sub_epi8(q, clear, zero, q);
             out.sums[k] =
                 _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), signed));
             out.scales[k] = scale_halves(half(y0), half(y1));
