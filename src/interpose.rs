@@ -689,9 +689,9 @@ impl VecDotArgs {
 
 /// The mode one call is served in: `Serve` becomes `Disable` (pass to stock) for a symbol whose stock
 /// implementation is at least as fast as ours (`stock_first`: without AVX-512 Q1_0 in the haswell order, the
-/// q8_K formats and `quantize_row_q8_K`; TQ2_0 in the haswell order except with AVX-512 on an Intel CPU or a Zen 5; the
-/// Q1_0, TQ2_0 and IQ dequantizers; `q1_0.md`, `tq2_0.md`, `iq.md`), unless `GGML_LOWBIT_SERVE_ALL=1`. Verify
-/// still compares ours with stock; without a stock symbol ours computes.
+/// q8_K formats and `quantize_row_q8_K`; TQ2_0 in the haswell order except with AVX-512 on an Intel CPU or a
+/// Zen 5; the Q1_0, TQ2_0 and IQ dequantizers; `q1_0.md`, `tq2_0.md`, `iq.md`), unless
+/// `GGML_LOWBIT_SERVE_ALL=1`. Verify still compares ours with stock; without a stock symbol ours computes.
 fn call_mode(c: &Config, stock_first: bool) -> Mode {
     if stock_first && !c.serve_all && c.mode == Mode::Serve {
         Mode::Disable
