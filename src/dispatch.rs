@@ -6,8 +6,8 @@
 //!   stock symbols shows (`interpose.rs`); else the build a release llama.cpp would load on this CPU
 //!   (AVX2+FMA+F16C → haswell, else x64).
 //!
-//! - IQ2 grid lookups (AVX-512 only): `vpgatherdq` of the 8-byte grid entries on Intel CPUs, the permute lookup
-//!   of the 16-bit codes elsewhere (`iq_gathers`); `GGML_LOWBIT_IQ_GATHER=0|1` overrides, for measurement. Both
+//! - IQ2 grid lookups (AVX-512 only): `vpgatherdq` of the 8-byte grid entries on Intel CPUs whose gathers are
+//!   not slowed by the GDS microcode, the permute lookup of the 16-bit codes elsewhere (`iq_gathers`); `GGML_LOWBIT_IQ_GATHER=0|1` overrides, for measurement. Both
 //!   give the same bits.
 //!
 //! An unknown value in any of these variables is a configuration error: the library says so on stderr and aborts
@@ -223,14 +223,19 @@ iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k, true);
 
 /// Whether the AVX-512 IQ2 kernels fetch grid entries with gathers: on Intel CPUs, where the permute lookups
 /// run out of shuffle throughput (one shuffle port) while a gather of eight entries costs a few cycles of load
-/// ports (Emerald Rapids Xeon, 2026-12-02: IQ2_XS 1.20–1.25× → 1.75–1.87× stock haswell, `docs/iq.md`); not
-/// on AMD, whose Zen 4 microcodes gathers and whose Zen 5 took 7.6 cycles per eight-entry gather, where these
-/// kernels measured 0.89–1.17× stock against 1.28–2.76× for the permutes and IQ2_S's loads (2026-12-02,
-/// `docs/iq.md`).
+/// ports (Emerald Rapids Xeon, 2026-12-02: IQ2_XS 1.20–1.25× → 1.75–1.87× stock haswell, `docs/iq.md`) — except
+/// the Intel models whose microcode slows every gather against Gather Data Sampling (`gathers_slowed_by_gds`:
+/// an Ice Lake Xeon took 24 cycles per eight-entry gather and these kernels ran 0.62–0.91× stock against
+/// 1.19–1.60× for the permutes); not on AMD, whose Zen 4 microcodes gathers and whose Zen 5 took 7.6 cycles per
+/// eight-entry gather, where these kernels measured 0.89–1.17× stock against 1.28–2.76× for the permutes and
+/// IQ2_S's loads (2026-12-02, `docs/iq.md`).
 /// `GGML_LOWBIT_IQ_GATHER=0|1` overrides. Decided once.
 pub fn iq_gathers() -> bool {
     static GATHERS: OnceLock<bool> = OnceLock::new();
-    *GATHERS.get_or_init(|| env_flag("GGML_LOWBIT_IQ_GATHER").unwrap_or_else(cpu_is_intel))
+    *GATHERS.get_or_init(|| {
+        env_flag("GGML_LOWBIT_IQ_GATHER")
+            .unwrap_or_else(|| cpu_is_intel() && !gathers_slowed_by_gds(cpu_family(), cpu_model()))
+    })
 }
 
 /// Whether the AVX-512 TQ2_0 kernel measured faster than stock haswell's on this kind of CPU: Intel, or AMD
@@ -239,22 +244,49 @@ fn tq2_0_avx512_beats_haswell() -> bool {
     cpu_is_intel() || cpu_family() >= 26
 }
 
-/// The CPU's family as CPUID reports it (base family, plus the extended family where the base is 15); read once.
-pub fn cpu_family() -> u32 {
-    static FAMILY: OnceLock<u32> = OnceLock::new();
-    *FAMILY.get_or_init(|| {
+/// Whether an Intel CPU of this family and model is one that Gather Data Sampling ("Downfall", CVE-2022-40982)
+/// affects: Intel's microcode mitigation for it makes every gather instruction several times slower (24 cycles
+/// per eight-entry `vpgatherdq` measured on an Ice Lake Xeon, model 0x6A, 2026-12-02). The models are the ones
+/// Linux marks with the GDS bug (Skylake through Cascade and Cooper Lake, Kaby, Coffee and Comet Lake, Ice Lake,
+/// Tiger Lake, Rocket Lake); of these only Ice Lake, Tiger Lake and Rocket Lake have the AVX-512 VBMI and VNNI
+/// that the AVX-512 kernels need. The model is the test, not the kernel's report (`/sys/.../gather_data_sampling`
+/// read "Not affected" inside the Ice Lake VM whose gathers were slow).
+fn gathers_slowed_by_gds(family: u32, model: u32) -> bool {
+    const GDS_MODELS: [u32; 13] = [
+        0x4E, 0x5E, 0x55, // Skylake client, Skylake / Cascade Lake / Cooper Lake server
+        0x8E, 0x9E, 0xA5, 0xA6, // Kaby, Coffee, Whiskey, Amber and Comet Lake
+        0x6A, 0x6C, 0x7E, // Ice Lake server (SP, D) and client
+        0x8C, 0x8D, // Tiger Lake
+        0xA7, // Rocket Lake
+    ];
+    family == 6 && GDS_MODELS.contains(&model)
+}
+
+/// CPUID leaf 1's `eax` (family, model, stepping); read once.
+fn cpuid_signature() -> u32 {
+    static SIGNATURE: OnceLock<u32> = OnceLock::new();
+    *SIGNATURE.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: CPUID leaf 1 exists on every x86-64 CPU.
             #[allow(unused_unsafe)]
-            let eax = unsafe { std::arch::x86_64::__cpuid(1) }.eax;
-            family_from_cpuid_eax(eax)
+            unsafe { std::arch::x86_64::__cpuid(1) }.eax
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
             0
         }
     })
+}
+
+/// The CPU's family as CPUID reports it (base family, plus the extended family where the base is 15).
+pub fn cpu_family() -> u32 {
+    family_from_cpuid_eax(cpuid_signature())
+}
+
+/// The CPU's model as CPUID reports it (base model, plus the extended model above it in families 6 and 15).
+pub fn cpu_model() -> u32 {
+    model_from_cpuid_eax(cpuid_signature())
 }
 
 /// The family in CPUID leaf 1's `eax`: bits 8..12, plus bits 20..28 when those are 15.
@@ -264,6 +296,15 @@ fn family_from_cpuid_eax(eax: u32) -> u32 {
         base + ((eax >> 20) & 0xff)
     } else {
         base
+    }
+}
+
+/// The model in CPUID leaf 1's `eax`: bits 4..8, with bits 16..20 above them when the base family is 6 or 15.
+fn model_from_cpuid_eax(eax: u32) -> u32 {
+    let base = (eax >> 4) & 0xf;
+    match (eax >> 8) & 0xf {
+        6 | 0xf => base | ((eax >> 16) & 0xf) << 4,
+        _ => base,
     }
 }
 
@@ -898,13 +939,26 @@ mod tests {
     use super::*;
     use crate::formats::{iq2_s::BlockIQ2S, iq3_s::BlockIQ3S};
 
-    /// CPUID leaf 1 `eax` of the three machines measured: Zen 5 EPYC (family 26), Zen 4 EPYC (25), Emerald
-    /// Rapids Xeon (6).
+    /// CPUID leaf 1 `eax` of the four machines measured: Zen 5 EPYC (family 26), Zen 4 EPYC (25), Emerald
+    /// Rapids Xeon (6, model 207), Ice Lake Xeon (6, model 106, stepping 6 as lscpu shows).
     #[test]
     fn cpu_families_decode_as_lscpu_shows_them() {
         assert_eq!(family_from_cpuid_eax(0x00B0_0F21), 26);
         assert_eq!(family_from_cpuid_eax(0x00A1_0F11), 25);
         assert_eq!(family_from_cpuid_eax(0x000C_06F2), 6);
+        assert_eq!(model_from_cpuid_eax(0x000C_06F2), 207);
+        assert_eq!(family_from_cpuid_eax(0x0006_06A6), 6);
+        assert_eq!(model_from_cpuid_eax(0x0006_06A6), 106);
+    }
+
+    /// Gathers are kept off on the Ice Lake Xeon (slow under the GDS microcode) and on on the Emerald Rapids one
+    /// (Intel lists Sapphire and Emerald Rapids as not affected); the AMD families never reach the model test.
+    #[test]
+    fn gds_models_are_the_ones_measured_slow() {
+        assert!(gathers_slowed_by_gds(6, 106));
+        assert!(!gathers_slowed_by_gds(6, 207));
+        assert!(!gathers_slowed_by_gds(6, 143));
+        assert!(!gathers_slowed_by_gds(26, 0x6A));
     }
 
     /// The serve decisions per table, as `docs/PERFORMANCE.md` measured them: every Q1_0 and q8_K dot product
