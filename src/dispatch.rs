@@ -7,8 +7,8 @@
 //!   (AVX2+FMA+F16C → haswell, else x64).
 //!
 //! - IQ2 grid lookups (AVX-512 only): `vpgatherdq` of the 8-byte grid entries on Intel CPUs whose gathers are
-//!   not slowed by the GDS microcode, the permute lookup of the 16-bit codes elsewhere (`iq_gathers`); `GGML_LOWBIT_IQ_GATHER=0|1` overrides, for measurement. Both
-//!   give the same bits.
+//!   not slowed by the GDS microcode, the permute lookup of the 16-bit codes elsewhere (`iq_gathers`);
+//!   `GGML_LOWBIT_IQ_GATHER=0|1` overrides, for measurement. Both give the same bits.
 //!
 //! An unknown value in any of these variables is a configuration error: the library says so on stderr and aborts
 //! rather than return bits from a build the user did not ask for.

@@ -1024,9 +1024,16 @@ fn cmd_speed(
             ratio: format!("{:.2}x", r.ratio),
         })
         .collect();
-    let isa = ggml_lowbit::dispatch::active().isa.name();
+    let active = ggml_lowbit::dispatch::active();
+    let isa = active.isa.name();
+    let grids = if active.iq_gather {
+        "gathers"
+    } else {
+        "permutes"
+    };
     let header = format!(
-        "Stock build: {}. Our instruction set: {isa}. {reps} interleaved repetitions per row, medians.\n\n",
+        "Stock build: {}. Our instruction set: {isa} (IQ2 grid entries by {grids}). {reps} interleaved \
+         repetitions per row, medians.\n\n",
         order.name()
     );
     let table = Table::new(lines).with(Style::markdown()).to_string();
