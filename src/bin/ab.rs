@@ -1026,10 +1026,11 @@ fn cmd_speed(
         .collect();
     let active = ggml_lowbit::dispatch::active();
     let isa = active.isa.name();
+    // Without gathers IQ2_XXS and IQ2_XS permute code tables and IQ2_S loads its entries (`docs/iq.md`).
     let grids = if active.iq_gather {
         "gathers"
     } else {
-        "permutes"
+        "lookups"
     };
     let header = format!(
         "Stock build: {}. Our instruction set: {isa} (IQ2 grid entries by {grids}). {reps} interleaved \
