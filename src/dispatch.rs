@@ -246,15 +246,12 @@ fn tq2_0_avx512_beats_haswell() -> bool {
 
 /// Whether an Intel CPU of this family and model is one that Gather Data Sampling ("Downfall", CVE-2022-40982)
 /// affects: Intel's microcode mitigation for it makes every gather instruction several times slower (24 cycles
-/// per eight-entry `vpgatherdq` measured on an Ice Lake Xeon, model 0x6A, 2026-12-02). The models are the ones
-/// Linux marks with the GDS bug (Skylake through Cascade and Cooper Lake, Kaby, Coffee and Comet Lake, Ice Lake,
-/// Tiger Lake, Rocket Lake); of these only Ice Lake, Tiger Lake and Rocket Lake have the AVX-512 VBMI and VNNI
-/// that the AVX-512 kernels need. The model is the test, not the kernel's report (`/sys/.../gather_data_sampling`
-/// read "Not affected" inside the Ice Lake VM whose gathers were slow).
+/// per eight-entry `vpgatherdq` measured on an Ice Lake Xeon, model 0x6A, 2026-12-02). Only the affected models
+/// with the AVX-512 VBMI and VNNI these kernels need are listed (Ice Lake, Tiger Lake, Rocket Lake); the older
+/// affected ones (Skylake through Comet Lake) never reach them. The model is the test, not the kernel's report
+/// (`/sys/.../gather_data_sampling` read "Not affected" inside the Ice Lake VM whose gathers were slow).
 fn gathers_slowed_by_gds(family: u32, model: u32) -> bool {
-    const GDS_MODELS: [u32; 13] = [
-        0x4E, 0x5E, 0x55, // Skylake client, Skylake / Cascade Lake / Cooper Lake server
-        0x8E, 0x9E, 0xA5, 0xA6, // Kaby, Coffee, Whiskey, Amber and Comet Lake
+    const GDS_MODELS: [u32; 6] = [
         0x6A, 0x6C, 0x7E, // Ice Lake server (SP, D) and client
         0x8C, 0x8D, // Tiger Lake
         0xA7, // Rocket Lake
@@ -285,7 +282,7 @@ pub fn cpu_family() -> u32 {
 }
 
 /// The CPU's model as CPUID reports it (base model, plus the extended model above it in families 6 and 15).
-pub fn cpu_model() -> u32 {
+fn cpu_model() -> u32 {
     model_from_cpuid_eax(cpuid_signature())
 }
 
