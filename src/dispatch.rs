@@ -9,6 +9,8 @@
 //! - IQ2 grid lookups (AVX-512 only): `vpgatherdq` of the 8-byte grid entries on Intel CPUs whose gathers are
 //!   not slowed by the GDS microcode, the permute lookup of the 16-bit codes elsewhere (`iq_gathers`);
 //!   `GGML_LOWBIT_IQ_GATHER=0|1` overrides, for measurement. Both give the same bits.
+//! - Q1_0 tile quants (AVX-512 only): by zero-masked loads on Intel CPUs, by a zero-masking move elsewhere
+//!   (`q1_tile_masked_loads`); `GGML_LOWBIT_Q1_MASKED_LOADS=0|1` overrides. Both give the same bits.
 //!
 //! An unknown value in any of these variables is a configuration error: the library says so on stderr and aborts
 //! rather than return bits from a build the user did not ask for.
@@ -102,6 +104,9 @@ pub struct Kernels {
     pub order: FloatOrder,
     /// Whether the AVX-512 IQ2 kernels gather their grid entries (`iq_gathers`); false on other instruction sets.
     pub iq_gather: bool,
+    /// Whether the AVX-512 Q1_0 tile kernel reads its quants by masked loads (`q1_tile_masked_loads`); false on
+    /// other instruction sets.
+    pub q1_masked_loads: bool,
     vec_dot_q2_0_q8_0: unsafe fn(&[BlockQ2_0], &[BlockQ8_0]) -> f32,
     quantize_row_q8_0: unsafe fn(&[f32], &mut [BlockQ8_0]),
     dequantize_row_q2_0: unsafe fn(&[BlockQ2_0], &mut [f32]),
@@ -238,6 +243,36 @@ pub fn iq_gathers() -> bool {
     })
 }
 
+/// Whether the AVX-512 Q1_0 tile kernel reads each row's quants of a column by zero-masked loads (the row's sign
+/// bits as the mask, `vmovdqu8 {k}{z}` from the prepared column) instead of making the bytes `2·bit` with a
+/// zero-masking move: on Intel CPUs, where a masked load needs only a load port while the move takes one of the
+/// two 512-bit vector ports the tile loop is short of (Ice Lake Xeon, 2026-12-02: decode tiles 1.61–1.86× →
+/// 1.92–1.99× stock on 4096×4096, `docs/tiles.md`); not on AMD, whose Zen 5 tile and vec_dot loops were bound by
+/// their loads. `GGML_LOWBIT_Q1_MASKED_LOADS=0|1` overrides. Decided once.
+pub fn q1_tile_masked_loads() -> bool {
+    static MASKED: OnceLock<bool> = OnceLock::new();
+    *MASKED.get_or_init(|| env_flag("GGML_LOWBIT_Q1_MASKED_LOADS").unwrap_or_else(cpu_is_intel))
+}
+
+/// The kernel forms chosen per CPU, each giving the same bits (`Kernels::with_choices`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelChoices {
+    /// IQ2 grid entries by gathers (`iq_gathers`).
+    pub iq_gather: bool,
+    /// Q1_0 tile quants by masked loads (`q1_tile_masked_loads`).
+    pub q1_masked_loads: bool,
+}
+
+impl KernelChoices {
+    /// What this CPU gets (and the environment overrides).
+    pub fn for_this_cpu() -> KernelChoices {
+        KernelChoices {
+            iq_gather: iq_gathers(),
+            q1_masked_loads: q1_tile_masked_loads(),
+        }
+    }
+}
+
 /// Whether the AVX-512 TQ2_0 kernel measured faster than stock haswell's on this kind of CPU: Intel, or AMD
 /// family 26 (Zen 5) and later (`Kernels::serves_tq2_0_over_stock`).
 fn tq2_0_avx512_beats_haswell() -> bool {
@@ -364,27 +399,34 @@ fn iq_model<B: IqBlock>(haswell: bool) -> IqDot<B> {
 impl Kernels {
     /// The table for `order` on the best of `isa` and what the CPU has.
     pub fn new(isa: Isa, order: FloatOrder) -> Kernels {
-        Kernels::with_iq_gathers(isa, order, iq_gathers())
+        Kernels::with_choices(isa, order, KernelChoices::for_this_cpu())
     }
 
-    /// Every table the library may pick at `isa` on some CPU: at AVX-512 the one with the IQ2 grid gathers and
-    /// the one without (`iq_gathers` picks per CPU), elsewhere the one table. Tests and `bits` run all of them,
-    /// since each must give stock's bits on every CPU.
+    /// Every table the library may pick at `isa` on some CPU: at AVX-512 one with every CPU-dependent choice on
+    /// (the IQ2 grid gathers, the Q1_0 tiles' masked loads) and one with every one off, so each form of each
+    /// choice runs; elsewhere the one table. Tests and `bits` run all of them, since each must give stock's bits
+    /// on every CPU.
     pub fn every_variant(isa: Isa, order: FloatOrder) -> Vec<Kernels> {
-        let gathers: &[bool] = if isa.min(detected_isa()) == Isa::Avx512 {
+        let choices: &[bool] = if isa.min(detected_isa()) == Isa::Avx512 {
             &[true, false]
         } else {
             &[false]
         };
-        gathers
+        choices
             .iter()
-            .map(|&g| Kernels::with_iq_gathers(isa, order, g))
+            .map(|&on| {
+                let c = KernelChoices {
+                    iq_gather: on,
+                    q1_masked_loads: on,
+                };
+                Kernels::with_choices(isa, order, c)
+            })
             .collect()
     }
 
-    /// `new` with the IQ2 grid lookup chosen by `gather` instead of by the CPU (both give the same bits; the
-    /// tests run both).
-    pub fn with_iq_gathers(isa: Isa, order: FloatOrder, gather: bool) -> Kernels {
+    /// `new` with the CPU-dependent kernel forms given by `choices` instead of by the CPU (every form gives the
+    /// same bits; the tests run them all).
+    pub fn with_choices(isa: Isa, order: FloatOrder, choices: KernelChoices) -> Kernels {
         let isa = isa.min(detected_isa());
         #[cfg(target_arch = "x86_64")]
         {
@@ -395,7 +437,8 @@ impl Kernels {
                     return Kernels {
                         isa,
                         order,
-                        iq_gather: gather,
+                        iq_gather: choices.iq_gather,
+                        q1_masked_loads: choices.q1_masked_loads,
                         vec_dot_q2_0_q8_0: if haswell {
                             avx512::vec_dot_q2_0_q8_0::<true>
                         } else {
@@ -437,10 +480,10 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_q1_0_q8_0::<false>
                         },
-                        mul_mat_q1_0_q8_0: if haswell {
-                            avx512::mul_mat_q1_0_q8_0::<true>
-                        } else {
-                            avx512::mul_mat_q1_0_q8_0::<false>
+                        mul_mat_q1_0_q8_0: match (haswell, choices.q1_masked_loads) {
+                            (true, true) => avx512::mul_mat_q1_0_q8_0::<true, true>,
+                            (true, false) => avx512::mul_mat_q1_0_q8_0::<true, false>,
+                            (false, _) => avx512::mul_mat_q1_0_q8_0::<false, false>,
                         },
                         vec_dot_tq2_0_q8_k: if haswell {
                             avx512::vec_dot_tq2_0_q8_k::<true>
@@ -452,11 +495,11 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_tq1_0_q8_k::<false>
                         },
-                        vec_dot_iq2_xxs_q8_k: avx512_iq(haswell, gather),
-                        vec_dot_iq2_xs_q8_k: avx512_iq(haswell, gather),
-                        vec_dot_iq2_s_q8_k: avx512_iq(haswell, gather),
-                        vec_dot_iq3_xxs_q8_k: avx512_iq(haswell, gather),
-                        vec_dot_iq3_s_q8_k: avx512_iq(haswell, gather),
+                        vec_dot_iq2_xxs_q8_k: avx512_iq(haswell, choices.iq_gather),
+                        vec_dot_iq2_xs_q8_k: avx512_iq(haswell, choices.iq_gather),
+                        vec_dot_iq2_s_q8_k: avx512_iq(haswell, choices.iq_gather),
+                        vec_dot_iq3_xxs_q8_k: avx512_iq(haswell, choices.iq_gather),
+                        vec_dot_iq3_s_q8_k: avx512_iq(haswell, choices.iq_gather),
                         quantize_row_q8_k: avx512::quantize_row_q8_k,
                     }
                 }
@@ -465,6 +508,7 @@ impl Kernels {
                         isa,
                         order,
                         iq_gather: false,
+                        q1_masked_loads: false,
                         vec_dot_q2_0_q8_0: if haswell {
                             avx2::vec_dot_q2_0_q8_0::<true>
                         } else {
@@ -527,7 +571,7 @@ impl Kernels {
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = gather;
+        let _ = choices;
         Kernels::scalar(order)
     }
 
@@ -538,6 +582,7 @@ impl Kernels {
             isa: Isa::Scalar,
             order,
             iq_gather: false,
+            q1_masked_loads: false,
             vec_dot_q2_0_q8_0: if haswell {
                 q2_0::vec_dot_q2_0_q8_0_fma_model
             } else {

@@ -264,10 +264,11 @@ pub fn config() -> &'static Config {
                 "float order {} ({how}), instruction set {}{}, mode {:?}, stock symbols {}",
                 order.name(),
                 kernels.isa.name(),
-                if kernels.iq_gather {
-                    " (IQ2 grids by gathers)"
-                } else {
-                    ""
+                match (kernels.iq_gather, kernels.q1_masked_loads) {
+                    (true, true) => " (IQ2 grids by gathers, Q1_0 tile quants by masked loads)",
+                    (true, false) => " (IQ2 grids by gathers)",
+                    (false, true) => " (Q1_0 tile quants by masked loads)",
+                    (false, false) => "",
                 },
                 mode,
                 if have_stock { "found" } else { "not found" }

@@ -113,19 +113,14 @@ fn configuration_is_read_from_the_environment_and_bad_values_abort() {
         "GGML_LOWBIT_MATCH=\"skylake\" is not one of haswell, x64",
     );
 
-    // The IQ2 lookup choice is read with the rest: a bad value aborts the same way, good ones are accepted.
-    config_aborts_on(
-        "GGML_LOWBIT_IQ_GATHER",
-        "yes",
-        "GGML_LOWBIT_IQ_GATHER=\"yes\" is not one of 0, 1",
-    );
-    for v in ["0", "1"] {
-        let out = harness()
-            .args(["config"])
-            .env("GGML_LOWBIT_IQ_GATHER", v)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "GGML_LOWBIT_IQ_GATHER={v}");
+    // The per-CPU kernel forms (IQ2 lookups, Q1_0 tile quants) are read with the rest: a bad value aborts the
+    // same way, good ones are accepted.
+    for var in ["GGML_LOWBIT_IQ_GATHER", "GGML_LOWBIT_Q1_MASKED_LOADS"] {
+        config_aborts_on(var, "yes", &format!("{var}=\"yes\" is not one of 0, 1"));
+        for v in ["0", "1"] {
+            let out = harness().args(["config"]).env(var, v).output().unwrap();
+            assert!(out.status.success(), "{var}={v}");
+        }
     }
 }
 

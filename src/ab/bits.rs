@@ -264,8 +264,12 @@ pub enum Subject {
 impl Subject {
     pub fn name(&self) -> String {
         match self {
-            Subject::Kernels(k) if k.iq_gather => format!("rlib/{}+gather", k.isa.name()),
-            Subject::Kernels(k) => format!("rlib/{}", k.isa.name()),
+            Subject::Kernels(k) => format!(
+                "rlib/{}{}{}",
+                k.isa.name(),
+                if k.iq_gather { "+gather" } else { "" },
+                if k.q1_masked_loads { "+masked" } else { "" }
+            ),
             Subject::C { name, .. } => name.clone(),
         }
     }
@@ -566,7 +570,8 @@ pub fn rlib_subjects(order: FloatOrder) -> Vec<Subject> {
     Isa::ALL
         .into_iter()
         .filter(|&i| i <= best)
-        // AVX-512 twice: with the IQ2 grid gathers and without (`Kernels::every_variant`).
+        // AVX-512 twice: with the IQ2 grid gathers and the Q1_0 tiles' masked loads, and without
+        // (`Kernels::every_variant`).
         .flat_map(|i| Kernels::every_variant(i, order))
         .map(Subject::Kernels)
         .collect()

@@ -1032,9 +1032,14 @@ fn cmd_speed(
     } else {
         "lookups"
     };
+    let q1_quants = if active.q1_masked_loads {
+        "masked loads"
+    } else {
+        "masked moves"
+    };
     let header = format!(
-        "Stock build: {}. Our instruction set: {isa} (IQ2 grid entries by {grids}). {reps} interleaved \
-         repetitions per row, medians.\n\n",
+        "Stock build: {}. Our instruction set: {isa} (IQ2 grid entries by {grids}, Q1_0 tile quants by \
+         {q1_quants}). {reps} interleaved repetitions per row, medians.\n\n",
         order.name()
     );
     let table = Table::new(lines).with(Style::markdown()).to_string();

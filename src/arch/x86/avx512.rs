@@ -1157,15 +1157,18 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
 /// mask (the compiler's scalar shift and OR and one `kmovq`; `kmovd` from memory and `kunpckdq`, written out,
 /// measured slower), bytes `2·bit` under it (shared by the columns), one `vpdpbusd` onto the column's all-clear
 /// lane sums against its quants gives stock's sixteen lane sums exactly, then `vcvtdq2ps` and the chain; the
-/// halves then continue `acc = fma(d0, acc_block, acc)` in block order. Without `SECOND` only the low half is
-/// used and the second block is never read.
+/// halves then continue `acc = fma(d0, acc_block, acc)` in block order. With `MASKED_LOADS` the mask selects
+/// the column's quants instead (a zero-masked load, `Σ 2·(bit ? h : 0)` against the constant 2: the same
+/// sums), which takes a load port where the masked move took a 512-bit vector port
+/// (`dispatch::q1_tile_masked_loads`). Without `SECOND` only the low half is used and the second block is never
+/// read.
 ///
 /// # Safety
 /// One block at `xb`, two where `SECOND`; the calling kernel enables the features.
 // Column `j` indexes the columns and the accumulators at once.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
-unsafe fn q1_row_pair_step<const C: usize, const SECOND: bool>(
+unsafe fn q1_row_pair_step<const C: usize, const SECOND: bool, const MASKED_LOADS: bool>(
     xb: *const u8,
     cols: [&Q1ColumnPair; C],
     acc: &mut [__m256; C],
@@ -1178,16 +1181,28 @@ unsafe fn q1_row_pair_step<const C: usize, const SECOND: bool>(
         let bits = |x: *const u8, k: usize| -> __mmask64 {
             (x.add(2 + 4 * k) as *const u32).read_unaligned() as __mmask64
         };
-        let w: [__m512i; 4] = std::array::from_fn(|k| {
+        let masks: [__mmask64; 4] = std::array::from_fn(|k| {
             let hi = if SECOND { bits(xb1, k) } else { 0 };
-            _mm512_maskz_mov_epi8(bits(xb, k) | hi << 32, two)
+            bits(xb, k) | hi << 32
+        });
+        // Without masked loads: the bytes `2·bit`, made once for all columns.
+        let w: [__m512i; 4] = std::array::from_fn(|k| {
+            if MASKED_LOADS {
+                two
+            } else {
+                _mm512_maskz_mov_epi8(masks[k], two)
+            }
         });
         for j in 0..C {
             let c = cols[j];
             let mut acc_block = _mm512_setzero_ps();
             for (k, &wk) in w.iter().enumerate() {
                 let base = _mm512_load_si512(c.base[k].as_ptr() as *const _);
-                let h = _mm512_load_si512(c.h[k].as_ptr() as *const _);
+                let h = if MASKED_LOADS {
+                    _mm512_maskz_loadu_epi8(masks[k], c.h[k].as_ptr() as *const _)
+                } else {
+                    _mm512_load_si512(c.h[k].as_ptr() as *const _)
+                };
                 let s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(base, wk, h));
                 let d1 = _mm512_load_ps(c.d1[k].as_ptr());
                 acc_block = if k == 0 {
@@ -1221,7 +1236,7 @@ unsafe fn q1_row_pair_step<const C: usize, const SECOND: bool>(
 /// The CPU must have the features below; each row pointer addresses `blocks` Q1_0 blocks and every column
 /// holds `(blocks + 1) / 2` pairs.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q1_tile_rows<const R: usize, const C: usize>(
+unsafe fn q1_tile_rows<const R: usize, const C: usize, const MASKED_LOADS: bool>(
     blocks: usize,
     rows: [*const u8; R],
     cols: [&[Q1ColumnPair]; C],
@@ -1236,7 +1251,13 @@ unsafe fn q1_tile_rows<const R: usize, const C: usize>(
         for r in 0..R {
             // SAFETY: blocks 2p and 2p + 1 of every row are inside what the caller guarantees; this function
             // enables the features.
-            unsafe { q1_row_pair_step::<C, true>(rows[r].add(2 * p * Q1_BYTES), e, &mut acc[r]) };
+            unsafe {
+                q1_row_pair_step::<C, true, MASKED_LOADS>(
+                    rows[r].add(2 * p * Q1_BYTES),
+                    e,
+                    &mut acc[r],
+                )
+            };
         }
     }
     if blocks % 2 == 1 {
@@ -1244,7 +1265,13 @@ unsafe fn q1_tile_rows<const R: usize, const C: usize>(
         let e = entries(p);
         for r in 0..R {
             // SAFETY: block 2p of every row is inside what the caller guarantees (its partner is not read).
-            unsafe { q1_row_pair_step::<C, false>(rows[r].add(2 * p * Q1_BYTES), e, &mut acc[r]) };
+            unsafe {
+                q1_row_pair_step::<C, false, MASKED_LOADS>(
+                    rows[r].add(2 * p * Q1_BYTES),
+                    e,
+                    &mut acc[r],
+                )
+            };
         }
     }
     q1_tile_lanes(acc)
@@ -1327,7 +1354,7 @@ fn q1_tile_lanes<const R: usize, const C: usize>(acc: [[__m256; C]; R]) -> [[[f3
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.nb() >= 4 * x.nb()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-pub unsafe fn mul_mat_q1_0_q8_0<const HASWELL: bool>(
+pub unsafe fn mul_mat_q1_0_q8_0<const HASWELL: bool, const MASKED_LOADS: bool>(
     x: Rows<'_, BlockQ1_0>,
     y: Rows<'_, BlockQ8_0>,
     emit: Emit<'_>,
@@ -1340,9 +1367,9 @@ pub unsafe fn mul_mat_q1_0_q8_0<const HASWELL: bool>(
                 y,
                 emit,
                 q1_prepare_column,
-                q1_tile_rows::<4, 1>,
-                q1_tile_rows::<1, 1>,
-                q1_tile_rows::<4, 2>,
+                q1_tile_rows::<4, 1, MASKED_LOADS>,
+                q1_tile_rows::<1, 1, MASKED_LOADS>,
+                q1_tile_rows::<4, 2, MASKED_LOADS>,
             )
         } else {
             mul_mat_by_pairs(

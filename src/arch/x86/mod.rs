@@ -166,7 +166,8 @@ mod tests {
         if isas.is_empty() {
             eprintln!("this CPU has no AVX2: only the scalar models run here");
         }
-        // AVX-512 with and without the IQ2 grid gathers: both must match the models on every CPU.
+        // AVX-512 with and without the IQ2 grid gathers and the Q1_0 tiles' masked loads: every form must match
+        // the models on every CPU.
         isas.into_iter()
             .flat_map(|i| Kernels::every_variant(i, order))
             .collect()
@@ -381,10 +382,11 @@ mod tests {
         let mut rng = SmallRng::seed_from_u64(seed);
         let mut elements = 0usize;
         for order in FloatOrder::ALL {
+            // Every form of the per-CPU choices (the Q1_0 tiles with and without masked loads).
             let tables = [Isa::Scalar, Isa::Avx2, Isa::Avx512]
                 .into_iter()
                 .filter(|&i| i <= detected_isa())
-                .map(|i| Kernels::new(i, order));
+                .flat_map(|i| Kernels::every_variant(i, order));
             for k in tables {
                 for (case, &(nb, rows, cols)) in shapes.iter().enumerate() {
                     let (xs, ys) = (nb + case % 2, per_block * nb + 3 * (case % 3));
