@@ -246,9 +246,10 @@ pub fn iq_gathers() -> bool {
 /// Whether the AVX-512 Q1_0 tile kernel reads each row's quants of a column by zero-masked loads (the row's sign
 /// bits as the mask, `vmovdqu8 {k}{z}` from the prepared column) instead of making the bytes `2·bit` with a
 /// zero-masking move: on Intel CPUs, where a masked load needs only a load port while the move takes one of the
-/// two 512-bit vector ports the tile loop is short of (Ice Lake Xeon, 2026-12-02: decode tiles 1.61–1.86× →
-/// 1.92–1.99× stock on 4096×4096, `docs/tiles.md`); not on AMD, whose Zen 5 tile and vec_dot loops were bound by
-/// their loads. `GGML_LOWBIT_Q1_MASKED_LOADS=0|1` overrides. Decided once.
+/// two 512-bit vector ports the tile loop is short of (Ice Lake Xeon, 2026-12-02: decode tiles on 4096×4096
+/// 1.28–1.86× → 1.37–2.01× stock in nine interleaved runs, each faster, `docs/PERFORMANCE.md`); not on AMD,
+/// whose Zen 5 tile and vec_dot loops were bound by their loads. `GGML_LOWBIT_Q1_MASKED_LOADS=0|1` overrides.
+/// Decided once.
 pub fn q1_tile_masked_loads() -> bool {
     static MASKED: OnceLock<bool> = OnceLock::new();
     *MASKED.get_or_init(|| env_flag("GGML_LOWBIT_Q1_MASKED_LOADS").unwrap_or_else(cpu_is_intel))
