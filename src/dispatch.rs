@@ -102,11 +102,8 @@ pub fn default_order() -> FloatOrder {
 pub struct Kernels {
     pub isa: Isa,
     pub order: FloatOrder,
-    /// Whether the AVX-512 IQ2 kernels gather their grid entries (`iq_gathers`); false on other instruction sets.
-    pub iq_gather: bool,
-    /// Whether the AVX-512 Q1_0 tile kernel reads its quants by masked loads (`q1_tile_masked_loads`); false on
-    /// other instruction sets.
-    pub q1_masked_loads: bool,
+    /// The per-CPU forms of the AVX-512 kernels in this table (`KernelChoices::NONE` on other instruction sets).
+    pub choices: KernelChoices,
     vec_dot_q2_0_q8_0: unsafe fn(&[BlockQ2_0], &[BlockQ8_0]) -> f32,
     quantize_row_q8_0: unsafe fn(&[f32], &mut [BlockQ8_0]),
     dequantize_row_q2_0: unsafe fn(&[BlockQ2_0], &mut [f32]),
@@ -265,12 +262,31 @@ pub struct KernelChoices {
 }
 
 impl KernelChoices {
+    /// Every choice off: what the tables without AVX-512 hold.
+    pub const NONE: KernelChoices = KernelChoices {
+        iq_gather: false,
+        q1_masked_loads: false,
+    };
+
     /// What this CPU gets (and the environment overrides).
     pub fn for_this_cpu() -> KernelChoices {
         KernelChoices {
             iq_gather: iq_gathers(),
             q1_masked_loads: q1_tile_masked_loads(),
         }
+    }
+
+    /// The forms in words, for the log and the speed report.
+    pub fn describe(&self) -> String {
+        format!(
+            "IQ2 grid entries by {}, Q1_0 tile quants by {}",
+            if self.iq_gather { "gathers" } else { "lookups" },
+            if self.q1_masked_loads {
+                "masked loads"
+            } else {
+                "masked moves"
+            }
+        )
     }
 }
 
@@ -416,11 +432,11 @@ impl Kernels {
         choices
             .iter()
             .map(|&on| {
-                let c = KernelChoices {
+                let choices = KernelChoices {
                     iq_gather: on,
                     q1_masked_loads: on,
                 };
-                Kernels::with_choices(isa, order, c)
+                Kernels::with_choices(isa, order, choices)
             })
             .collect()
     }
@@ -438,8 +454,7 @@ impl Kernels {
                     return Kernels {
                         isa,
                         order,
-                        iq_gather: choices.iq_gather,
-                        q1_masked_loads: choices.q1_masked_loads,
+                        choices,
                         vec_dot_q2_0_q8_0: if haswell {
                             avx512::vec_dot_q2_0_q8_0::<true>
                         } else {
@@ -508,8 +523,7 @@ impl Kernels {
                     return Kernels {
                         isa,
                         order,
-                        iq_gather: false,
-                        q1_masked_loads: false,
+                        choices: KernelChoices::NONE,
                         vec_dot_q2_0_q8_0: if haswell {
                             avx2::vec_dot_q2_0_q8_0::<true>
                         } else {
@@ -582,8 +596,7 @@ impl Kernels {
         Kernels {
             isa: Isa::Scalar,
             order,
-            iq_gather: false,
-            q1_masked_loads: false,
+            choices: KernelChoices::NONE,
             vec_dot_q2_0_q8_0: if haswell {
                 q2_0::vec_dot_q2_0_q8_0_fma_model
             } else {

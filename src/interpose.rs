@@ -264,11 +264,10 @@ pub fn config() -> &'static Config {
                 "float order {} ({how}), instruction set {}{}, mode {:?}, stock symbols {}",
                 order.name(),
                 kernels.isa.name(),
-                match (kernels.iq_gather, kernels.q1_masked_loads) {
-                    (true, true) => " (IQ2 grids by gathers, Q1_0 tile quants by masked loads)",
-                    (true, false) => " (IQ2 grids by gathers)",
-                    (false, true) => " (Q1_0 tile quants by masked loads)",
-                    (false, false) => "",
+                if kernels.isa == Isa::Avx512 {
+                    format!(" ({})", kernels.choices.describe())
+                } else {
+                    String::new()
                 },
                 mode,
                 if have_stock { "found" } else { "not found" }

@@ -267,8 +267,12 @@ impl Subject {
             Subject::Kernels(k) => format!(
                 "rlib/{}{}{}",
                 k.isa.name(),
-                if k.iq_gather { "+gather" } else { "" },
-                if k.q1_masked_loads { "+masked" } else { "" }
+                if k.choices.iq_gather { "+gather" } else { "" },
+                if k.choices.q1_masked_loads {
+                    "+masked"
+                } else {
+                    ""
+                }
             ),
             Subject::C { name, .. } => name.clone(),
         }

@@ -1026,20 +1026,16 @@ fn cmd_speed(
         .collect();
     let active = ggml_lowbit::dispatch::active();
     let isa = active.isa.name();
-    // Without gathers IQ2_XXS and IQ2_XS permute code tables and IQ2_S loads its entries (`docs/iq.md`).
-    let grids = if active.iq_gather {
-        "gathers"
+    // The AVX-512 kernels' per-CPU forms ("lookups": without gathers IQ2_XXS and IQ2_XS permute code tables and
+    // IQ2_S loads its entries, `docs/iq.md`).
+    let forms = if active.isa == ggml_lowbit::dispatch::Isa::Avx512 {
+        format!(" ({})", active.choices.describe())
     } else {
-        "lookups"
-    };
-    let q1_quants = if active.q1_masked_loads {
-        "masked loads"
-    } else {
-        "masked moves"
+        String::new()
     };
     let header = format!(
-        "Stock build: {}. Our instruction set: {isa} (IQ2 grid entries by {grids}, Q1_0 tile quants by \
-         {q1_quants}). {reps} interleaved repetitions per row, medians.\n\n",
+        "Stock build: {}. Our instruction set: {isa}{forms}. {reps} interleaved repetitions per row, \
+         medians.\n\n",
         order.name()
     );
     let table = Table::new(lines).with(Style::markdown()).to_string();
