@@ -102,7 +102,8 @@ pub fn default_order() -> FloatOrder {
 pub struct Kernels {
     pub isa: Isa,
     pub order: FloatOrder,
-    /// The per-CPU forms of the AVX-512 kernels in this table (`KernelChoices::NONE` on other instruction sets).
+    /// The per-CPU forms of the AVX-512 kernels in this table (the default, every choice off, on other
+    /// instruction sets).
     pub choices: KernelChoices,
     vec_dot_q2_0_q8_0: unsafe fn(&[BlockQ2_0], &[BlockQ8_0]) -> f32,
     quantize_row_q8_0: unsafe fn(&[f32], &mut [BlockQ8_0]),
@@ -252,8 +253,9 @@ pub fn q1_tile_masked_loads() -> bool {
     *MASKED.get_or_init(|| env_flag("GGML_LOWBIT_Q1_MASKED_LOADS").unwrap_or_else(cpu_is_intel))
 }
 
-/// The kernel forms chosen per CPU, each giving the same bits (`Kernels::with_choices`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The kernel forms chosen per CPU, each giving the same bits (`Kernels::with_choices`). The default, every
+/// choice off, is what the tables without AVX-512 hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelChoices {
     /// IQ2 grid entries by gathers (`iq_gathers`).
     pub iq_gather: bool,
@@ -262,12 +264,6 @@ pub struct KernelChoices {
 }
 
 impl KernelChoices {
-    /// Every choice off: what the tables without AVX-512 hold.
-    pub const NONE: KernelChoices = KernelChoices {
-        iq_gather: false,
-        q1_masked_loads: false,
-    };
-
     /// What this CPU gets (and the environment overrides).
     pub fn for_this_cpu() -> KernelChoices {
         KernelChoices {
@@ -523,7 +519,7 @@ impl Kernels {
                     return Kernels {
                         isa,
                         order,
-                        choices: KernelChoices::NONE,
+                        choices: KernelChoices::default(),
                         vec_dot_q2_0_q8_0: if haswell {
                             avx2::vec_dot_q2_0_q8_0::<true>
                         } else {
@@ -596,7 +592,7 @@ impl Kernels {
         Kernels {
             isa: Isa::Scalar,
             order,
-            choices: KernelChoices::NONE,
+            choices: KernelChoices::default(),
             vec_dot_q2_0_q8_0: if haswell {
                 q2_0::vec_dot_q2_0_q8_0_fma_model
             } else {
