@@ -1725,13 +1725,12 @@ pub trait IqDecode: IqBlock {
     /// # Safety
     /// Only inside `vec_dot_iq_q8_k`, which enables the features these use (AVX-512 F/BW/VL/VBMI, GFNI).
     unsafe fn magnitudes<const GATHER: bool>(&self) -> [__m512i; 4];
-    /// The 32 sign bytes (bit `e % 8` of byte `e / 8` set: element `e` is negative): the block's own bytes
-    /// where it stores them so, else computed into `scratch`. The kernel reads them per 64 weights as a k-mask
-    /// straight from memory.
+    /// The block's signs (`SignBytes`): the four 64-bit masks read from the block where it stores the sign
+    /// bytes, else the computed sign bytes.
     ///
     /// # Safety
     /// As `magnitudes`.
-    unsafe fn sign_bytes<'a>(&'a self, scratch: &'a mut [u8; 32]) -> &'a [u8; 32];
+    unsafe fn sign_bytes(&self) -> SignBytes;
     /// The scales `2·nibble + 1`, byte `k` for elements `16k..16k+16`.
     ///
     /// # Safety
@@ -1813,17 +1812,45 @@ unsafe fn lookup_bytes<const SLICES: usize>(
     }
 }
 
-/// IQ2 expansion, `vpermt2b` control for 64-weight group `c`: qword `k` takes the low code byte of entry
-/// `8c + k` (from the first table) in byte 0 and its high code byte (second table) in byte 1.
-const IQ2_PICK: [[u8; 64]; 4] = {
+/// `vpermb` control: the even bytes (the low bytes of 32 words) into bytes 0..32.
+const EVEN_BYTES: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut i = 0;
+    while i < 32 {
+        t[i] = (2 * i) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// IQ2_XXS expansion, `vpermt2b` control for 64-weight group `c`: qword `k` takes the code bytes of entry
+/// `e = 8c + k`, looked up in place: byte `e % 4` of chunk `e / 4`'s qword.
+const IQ2XXS_PICK: [[u8; 64]; 4] = {
     let mut t = [[0u8; 64]; 4];
     let mut c = 0;
     while c < 4 {
         let mut k = 0;
         while k < 8 {
-            t[c][8 * k] = (8 * c + k) as u8;
-            t[c][8 * k + 1] = (64 + 8 * c + k) as u8;
+            let e = 8 * c + k;
+            t[c][8 * k] = (8 * (e / 4) + e % 4) as u8;
+            t[c][8 * k + 1] = (64 + 8 * (e / 4) + e % 4) as u8;
             k += 1;
+        }
+        c += 1;
+    }
+    t
+};
+
+/// IQ2 expansion from code words, `vpermw` control for 64-weight group `c`: every word of qword `k` takes the
+/// code of entry `8c + k` (only the first word's bits are read).
+const IQ2_WORD_PICK: [[u16; 32]; 4] = {
+    let mut t = [[0u16; 32]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut w = 0;
+        while w < 32 {
+            t[c][w] = (8 * c + w / 4) as u16;
+            w += 1;
         }
         c += 1;
     }
@@ -1932,7 +1959,7 @@ enum Levels {
     Table(&'static [u8; 64]),
 }
 
-/// A grid's code tables with the controls that expand them (`IQ2_PICK`/`IQ2_SHIFT` for eight-byte entries,
+/// A grid's code tables with the controls that expand them (`IQ2XXS_PICK`/`IQ2_SHIFT` for eight-byte entries,
 /// `IQ3_*` for four-byte ones) and its level mapping.
 struct GridExpansion<const N: usize> {
     codes: &'static GridCodes<N>,
@@ -1943,13 +1970,7 @@ struct GridExpansion<const N: usize> {
 
 static IQ2XXS_EXPANSION: GridExpansion<256> = GridExpansion {
     codes: &IQ2XXS_CODES,
-    pick: &IQ2_PICK,
-    shift: &IQ2_SHIFT,
-    levels: Levels::Affine(IQ2_AFFINE.0),
-};
-static IQ2XS_EXPANSION: GridExpansion<512> = GridExpansion {
-    codes: &IQ2XS_CODES,
-    pick: &IQ2_PICK,
+    pick: &IQ2XXS_PICK,
     shift: &IQ2_SHIFT,
     levels: Levels::Affine(IQ2_AFFINE.0),
 };
@@ -1966,10 +1987,11 @@ static IQ3S_EXPANSION: GridExpansion<512> = GridExpansion {
     levels: Levels::Affine(IQ3S_AFFINE.0),
 };
 
-/// The 256 magnitudes of a block from its grid indices: low bytes in `idx` (the first 32 bytes for IQ2's 32
-/// entries, all 64 for IQ3), bits 8 and 9 in `high`. The codes come from `lookup_bytes` (`SLICES = N / 128`
-/// `vpermi2b` per code table); then per 64 weights one `vpermt2b` puts each entry's two code bytes into its qword
-/// (IQ2) or dword (IQ3), one `vpmultishiftqb` each level number into its byte, and the level mapping (`Levels`,
+/// The 256 magnitudes of a block from its grid indices: low bytes in `idx` (IQ2_XXS: its 32 where they lie in
+/// the block; IQ3: all 64), bit 8 in `high` (IQ2_XS has its own form of these steps, in
+/// `BlockIQ2XS::magnitudes`). The codes come from `lookup_bytes` (`SLICES = N / 128` `vpermi2b` per code
+/// table); then per 64 weights one `vpermt2b` puts each entry's two code bytes into its qword (IQ2) or dword
+/// (IQ3), one `vpmultishiftqb` each level number into its byte, and the level mapping (`Levels`,
 /// affine constant `B`) makes it a magnitude.
 #[inline(always)]
 unsafe fn grid_magnitudes<const N: usize, const SLICES: usize, const B: i32>(
@@ -2003,12 +2025,48 @@ unsafe fn grid_magnitudes<const N: usize, const SLICES: usize, const B: i32>(
     }
 }
 
-/// The 32 sign bytes in `v`, stored in `scratch`.
+/// A block's 32 sign bytes (bit `e % 8` of byte `e / 8` set: element `e` is negative), as the products take
+/// them: 64 bits per 64 weights as a k-mask.
+#[derive(Clone, Copy)]
+pub enum SignBytes {
+    /// The four masks, read from the block itself (IQ2_S, IQ3_S).
+    Masks([u64; 4]),
+    /// Computed from the block's sign fields (IQ2_XXS, IQ2_XS, IQ3_XXS), in a vector until the products store
+    /// them and read them back as masks (`mask_at`).
+    Computed(__m256i),
+}
+
+/// The four masks of 32 sign bytes at `p`.
+///
+/// # Safety
+/// 32 readable bytes at `p`.
 #[inline(always)]
-unsafe fn store_signs(v: __m256i, scratch: &mut [u8; 32]) -> &[u8; 32] {
-    // SAFETY: a 32-byte store into a 32-byte buffer; features are enabled by the calling kernel.
-    unsafe { _mm256_storeu_si256(scratch.as_mut_ptr() as *mut _, v) };
-    scratch
+unsafe fn masks_at(p: *const u8) -> SignBytes {
+    // SAFETY: the caller's contract.
+    SignBytes::Masks(std::array::from_fn(|c| unsafe {
+        (p.add(8 * c) as *const u64).read_unaligned()
+    }))
+}
+
+/// The 64-bit k-mask at `p` by `kmovq k, m64`: a load, where the compiler's own route from a vector (`vmovq`,
+/// `vpextrq`, `kmovq k, r64`) spends shuffle-port operations the IQ kernels are short of.
+///
+/// # Safety
+/// 8 readable bytes at `p`; the CPU must have AVX-512 BW.
+#[inline]
+#[target_feature(enable = "avx512bw")]
+unsafe fn mask_at(p: *const u8) -> u64 {
+    let k: u64;
+    // SAFETY: the caller's contract; the instruction only reads the 8 bytes and writes `k`.
+    unsafe {
+        std::arch::asm!(
+            "kmovq {k}, qword ptr [{p}]",
+            k = out(kreg) k,
+            p = in(reg) p,
+            options(pure, readonly, nostack, preserves_flags),
+        )
+    };
+    k
 }
 
 /// `ksigns_iq2xs` of the 7-bit fields in the bytes of `fields` (bit 7 ignored): one `vpermi2b` over the
@@ -2089,8 +2147,9 @@ impl IqDecode for BlockIQ2S {
         }
     }
     #[inline(always)]
-    unsafe fn sign_bytes<'a>(&'a self, _: &'a mut [u8; 32]) -> &'a [u8; 32] {
-        self.qs[32..].try_into().unwrap()
+    unsafe fn sign_bytes(&self) -> SignBytes {
+        // SAFETY: `qs[32..64]` are the sign bytes.
+        unsafe { masks_at(self.qs[32..].as_ptr()) }
     }
     #[inline(always)]
     unsafe fn scale_bytes(&self) -> __m128i {
@@ -2114,25 +2173,40 @@ impl IqDecode for BlockIQ2XS {
                 }
                 return out;
             }
+            // The index words as they are: byte 2e holds index e's low eight bits (the odd bytes look up
+            // entries nobody reads), bit 7 of byte 2e of `w >> 1` its bit 8. The two code tables' bytes for
+            // entry e land in byte 2e of `lo` and `hi`, and become the code word e of `codes` by one shift and
+            // one blend; one `vpermw` per 64 weights then moves entry 8c + k's code into qword k.
             let w = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
-            let idx = _mm512_castsi256_si512(_mm512_cvtepi16_epi8(w));
-            let high = [
-                _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x0100)) as u64,
-                0,
-            ];
-            grid_magnitudes::<512, 4, { IQ2_AFFINE.1 as i32 }>(&IQ2XS_EXPANSION, idx, high)
+            let high = [_mm512_movepi8_mask(_mm512_srli_epi16::<1>(w)), 0];
+            let lo = lookup_bytes::<4>(IQ2XS_CODES.lo.as_ptr(), w, high);
+            let hi = lookup_bytes::<4>(IQ2XS_CODES.hi.as_ptr(), w, high);
+            let codes =
+                _mm512_mask_blend_epi8(0xaaaa_aaaa_aaaa_aaaa, lo, _mm512_slli_epi16::<8>(hi));
+            let shift = _mm512_loadu_si512(IQ2_SHIFT.as_ptr() as *const _);
+            let mut out = [_mm512_setzero_si512(); 4];
+            for (c, o) in out.iter_mut().enumerate() {
+                let pick = _mm512_loadu_si512(IQ2_WORD_PICK[c].as_ptr() as *const _);
+                let numbers =
+                    _mm512_multishift_epi64_epi8(shift, _mm512_permutexvar_epi16(pick, codes));
+                *o = _mm512_gf2p8affine_epi64_epi8::<{ IQ2_AFFINE.1 as i32 }>(
+                    numbers,
+                    _mm512_set1_epi64(IQ2_AFFINE.0),
+                );
+            }
+            out
         }
     }
     #[inline(always)]
-    unsafe fn sign_bytes<'a>(&'a self, scratch: &'a mut [u8; 32]) -> &'a [u8; 32] {
+    unsafe fn sign_bytes(&self) -> SignBytes {
         // SAFETY: a 64-byte load of `qs`; the rest are register operations.
         unsafe {
+            // The 7-bit sign field of each word (bits 9..15) into bytes 0..32 by one `vpermb` (a `vpmovwb` is
+            // two shuffle operations).
             let w = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
-            let fields = _mm512_cvtepi16_epi8(_mm512_srli_epi16::<9>(w));
-            store_signs(
-                _mm512_castsi512_si256(ksigns(_mm512_castsi256_si512(fields))),
-                scratch,
-            )
+            let even = _mm512_loadu_si512(EVEN_BYTES.as_ptr() as *const _);
+            let fields = _mm512_permutexvar_epi8(even, _mm512_srli_epi16::<9>(w));
+            SignBytes::Computed(_mm512_castsi512_si256(ksigns(fields)))
         }
     }
     #[inline(always)]
@@ -2202,19 +2276,19 @@ impl IqDecode for BlockIQ2XXS {
                 }
                 return out;
             }
-            // The low dword of each chunk's qword holds its four index bytes.
-            let idx = _mm512_castsi256_si512(_mm512_cvtepi64_epi32(q));
-            grid_magnitudes::<256, 2, { IQ2_AFFINE.1 as i32 }>(&IQ2XXS_EXPANSION, idx, [0, 0])
+            // The low dword of each chunk's qword holds its four index bytes, looked up in place (the other
+            // bytes look up entries nobody reads; `IQ2XXS_PICK` takes each entry's from its place).
+            grid_magnitudes::<256, 2, { IQ2_AFFINE.1 as i32 }>(&IQ2XXS_EXPANSION, q, [0, 0])
         }
     }
     #[inline(always)]
-    unsafe fn sign_bytes<'a>(&'a self, scratch: &'a mut [u8; 32]) -> &'a [u8; 32] {
+    unsafe fn sign_bytes(&self) -> SignBytes {
         // SAFETY: a 64-byte load of `qs` and a static control; the rest are register operations.
         unsafe {
             let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
             let ctrl = _mm512_loadu_si512(IQ2XXS_SIGN_SHIFT.as_ptr() as *const _);
             let signs = ksigns(_mm512_multishift_epi64_epi8(ctrl, q));
-            store_signs(_mm512_cvtepi64_epi32(signs), scratch)
+            SignBytes::Computed(_mm512_cvtepi64_epi32(signs))
         }
     }
     #[inline(always)]
@@ -2238,7 +2312,7 @@ impl IqDecode for BlockIQ3XXS {
         }
     }
     #[inline(always)]
-    unsafe fn sign_bytes<'a>(&'a self, scratch: &'a mut [u8; 32]) -> &'a [u8; 32] {
+    unsafe fn sign_bytes(&self) -> SignBytes {
         // SAFETY: a 32-byte load of `qs[64..96]` and a static control; the rest are register operations.
         unsafe {
             let w = _mm512_cvtepu32_epi64(_mm256_loadu_si256(
@@ -2246,7 +2320,7 @@ impl IqDecode for BlockIQ3XXS {
             ));
             let ctrl = _mm512_loadu_si512(IQ3XXS_SIGN_SHIFT.as_ptr() as *const _);
             let signs = ksigns(_mm512_multishift_epi64_epi8(ctrl, w));
-            store_signs(_mm512_cvtepi64_epi32(signs), scratch)
+            SignBytes::Computed(_mm512_cvtepi64_epi32(signs))
         }
     }
     #[inline(always)]
@@ -2271,8 +2345,9 @@ impl IqDecode for BlockIQ3S {
         }
     }
     #[inline(always)]
-    unsafe fn sign_bytes<'a>(&'a self, _: &'a mut [u8; 32]) -> &'a [u8; 32] {
-        &self.signs
+    unsafe fn sign_bytes(&self) -> SignBytes {
+        // SAFETY: `signs` holds 32 bytes.
+        unsafe { masks_at(self.signs.as_ptr()) }
     }
     #[inline(always)]
     unsafe fn scale_bytes(&self) -> __m128i {
@@ -2306,27 +2381,24 @@ const IQ_SCALE_PERM: [[u16; 32]; 4] = {
 struct IqDecoded {
     s16: __m512i,
     magnitudes: [__m512i; 4],
-    negate: [u64; 4],
+    signs: SignBytes,
 }
 
-/// Decodes block `b` (`IqDecode`) for `iq_block_partials`; the sign bytes leave as four 64-bit masks, so the
-/// decode of the next block can run ahead while this one's products are computed.
+/// Decodes block `b` (`IqDecode`) for `iq_block_partials`, so the decode of the next block can run ahead while
+/// this one's products are computed.
 #[inline(always)]
 unsafe fn iq_decode_block<B: IqDecode, const GATHER: bool>(b: &B) -> IqDecoded {
-    // SAFETY (whole body): the decoder's loads are inside the block or static tables; the sign bytes are 32
-    // bytes of `scratch` or of the block; features are enabled by the calling kernel.
+    // SAFETY (whole body): the decoder's loads are inside the block or static tables; features are enabled by
+    // the calling kernel.
     unsafe {
         // The scales as words once per block, so each group's scale words are one `vpermw` (a zero-masked
         // `vpermb` on the bytes costs the compiler a `vpermb` and a `vpandq`).
         let s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(b.scale_bytes()));
         let magnitudes = b.magnitudes::<GATHER>();
-        let mut scratch = [0u8; 32];
-        let signs = b.sign_bytes(&mut scratch).as_ptr();
-        let negate = std::array::from_fn(|c| (signs.add(8 * c) as *const u64).read_unaligned());
         IqDecoded {
             s16,
             magnitudes,
-            negate,
+            signs: b.sign_bytes(),
         }
     }
 }
@@ -2346,7 +2418,15 @@ unsafe fn iq_block_partials<const HASWELL: bool>(
     unsafe {
         let q8p = q.qs.as_ptr() as *const u8;
         let mut acc = _mm512_setzero_si512();
-        for (c, (&neg, &magnitudes)) in d.negate.iter().zip(&d.magnitudes).enumerate() {
+        let mut scratch = [0u8; 32];
+        if let SignBytes::Computed(v) = d.signs {
+            _mm256_storeu_si256(scratch.as_mut_ptr() as *mut _, v);
+        }
+        for (c, &magnitudes) in d.magnitudes.iter().enumerate() {
+            let neg = match d.signs {
+                SignBytes::Masks(m) => m[c],
+                SignBytes::Computed(_) => mask_at(scratch.as_ptr().add(8 * c)),
+            };
             let q8 = _mm512_loadu_si512(q8p.add(64 * c) as *const _);
             if !HASWELL {
                 *negated_min |= _mm512_mask_cmpeq_epi8_mask(neg, q8, _mm512_set1_epi8(-128));
