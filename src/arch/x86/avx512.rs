@@ -1849,21 +1849,25 @@ const IQ2XXS_PICK: [[u8; 64]; 4] = {
     t
 };
 
-/// IQ2 expansion from code words, `vpermw` control for 64-weight group `c`: every word of qword `k` takes the
-/// code of entry `8c + k` (only the first word's bits are read).
-const IQ2_WORD_PICK: [[u16; 32]; 4] = {
+/// `vpermw` controls for the four 64-weight groups of a block: word `w` of group `c` takes word
+/// `per_group·c + w / repeat` (each source word `repeat` times in a row).
+const fn group_words(per_group: usize, repeat: usize) -> [[u16; 32]; 4] {
     let mut t = [[0u16; 32]; 4];
     let mut c = 0;
     while c < 4 {
         let mut w = 0;
         while w < 32 {
-            t[c][w] = (8 * c + w / 4) as u16;
+            t[c][w] = (per_group * c + w / repeat) as u16;
             w += 1;
         }
         c += 1;
     }
     t
-};
+}
+
+/// IQ2 expansion from code words, `vpermw` control for 64-weight group `c`: every word of qword `k` takes the
+/// code of entry `8c + k` (only the first word's bits are read).
+const IQ2_WORD_PICK: [[u16; 32]; 4] = group_words(8, 4);
 
 /// IQ2 expansion, `vpmultishiftqb` control: byte `j` of each qword takes the bits from `2j`, the level number of
 /// the entry's byte `j` in its low two bits.
@@ -2375,19 +2379,7 @@ impl IqDecode for BlockIQ3S {
 
 /// Scale words for 64-weight group `c` of a block: `vpermw` index into the sixteen scales as words; 128-bit
 /// lane `k` of group `c` (elements `64c + 16k..+16`) takes scale `4c + k`.
-const IQ_SCALE_PERM: [[u16; 32]; 4] = {
-    let mut t = [[0u16; 32]; 4];
-    let mut c = 0;
-    while c < 4 {
-        let mut w = 0;
-        while w < 32 {
-            t[c][w] = (4 * c + w / 8) as u16;
-            w += 1;
-        }
-        c += 1;
-    }
-    t
-};
+const IQ_SCALE_PERM: [[u16; 32]; 4] = group_words(4, 8);
 
 /// One IQ block decoded: its scales as words, its four groups' magnitude bytes and sign masks.
 #[derive(Clone, Copy)]
