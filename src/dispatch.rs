@@ -410,6 +410,16 @@ fn iq_model<B: IqBlock>(haswell: bool) -> IqDot<B> {
 }
 
 impl Kernels {
+    /// `" (…)"` naming this table's per-CPU forms (`KernelChoices::describe`), for the log line and the speed
+    /// report; empty below AVX-512, where there are none.
+    pub fn forms_note(&self) -> String {
+        if self.isa == Isa::Avx512 {
+            format!(" ({})", self.choices.describe())
+        } else {
+            String::new()
+        }
+    }
+
     /// The table for `order` on the best of `isa` and what the CPU has.
     pub fn new(isa: Isa, order: FloatOrder) -> Kernels {
         Kernels::with_choices(isa, order, KernelChoices::for_this_cpu())

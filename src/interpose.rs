@@ -264,11 +264,7 @@ pub fn config() -> &'static Config {
                 "float order {} ({how}), instruction set {}{}, mode {:?}, stock symbols {}",
                 order.name(),
                 kernels.isa.name(),
-                if kernels.isa == Isa::Avx512 {
-                    format!(" ({})", kernels.choices.describe())
-                } else {
-                    String::new()
-                },
+                kernels.forms_note(),
                 mode,
                 if have_stock { "found" } else { "not found" }
             ));

@@ -1028,11 +1028,7 @@ fn cmd_speed(
     let isa = active.isa.name();
     // The AVX-512 kernels' per-CPU forms ("lookups": without gathers IQ2_XXS and IQ2_XS permute code tables and
     // IQ2_S loads its entries, `docs/iq.md`).
-    let forms = if active.isa == ggml_lowbit::dispatch::Isa::Avx512 {
-        format!(" ({})", active.choices.describe())
-    } else {
-        String::new()
-    };
+    let forms = active.forms_note();
     let header = format!(
         "Stock build: {}. Our instruction set: {isa}{forms}. {reps} interleaved repetitions per row, \
          medians.\n\n",

@@ -2024,16 +2024,23 @@ unsafe fn grid_magnitudes<const N: usize, const SLICES: usize, const B: i32>(
             let pick = _mm512_loadu_si512(grid.pick[c].as_ptr() as *const _);
             let numbers =
                 _mm512_multishift_epi64_epi8(shift, _mm512_permutex2var_epi8(lo, pick, hi));
-            *o = match grid.levels {
-                Levels::Affine(a) => {
-                    _mm512_gf2p8affine_epi64_epi8::<B>(numbers, _mm512_set1_epi64(a))
-                }
-                Levels::Table(t) => {
-                    _mm512_permutexvar_epi8(numbers, _mm512_loadu_si512(t.as_ptr() as *const _))
-                }
-            };
+            *o = level_magnitudes::<B>(grid.levels, numbers);
         }
         out
+    }
+}
+
+/// The magnitudes of the level numbers in the bytes of `numbers` (`Levels`; affine constant `B`).
+#[inline(always)]
+unsafe fn level_magnitudes<const B: i32>(levels: Levels, numbers: __m512i) -> __m512i {
+    // SAFETY: a load of a static 64-byte table; features are enabled by the calling kernel.
+    unsafe {
+        match levels {
+            Levels::Affine(a) => _mm512_gf2p8affine_epi64_epi8::<B>(numbers, _mm512_set1_epi64(a)),
+            Levels::Table(t) => {
+                _mm512_permutexvar_epi8(numbers, _mm512_loadu_si512(t.as_ptr() as *const _))
+            }
+        }
     }
 }
 
@@ -2053,7 +2060,7 @@ pub enum SignBytes {
 /// # Safety
 /// 32 readable bytes at `p`.
 #[inline(always)]
-unsafe fn masks_at(p: *const u8) -> SignBytes {
+unsafe fn block_sign_masks(p: *const u8) -> SignBytes {
     // SAFETY: the caller's contract.
     SignBytes::Masks(std::array::from_fn(|c| unsafe {
         (p.add(8 * c) as *const u64).read_unaligned()
@@ -2161,7 +2168,7 @@ impl IqDecode for BlockIQ2S {
     #[inline(always)]
     unsafe fn sign_bytes(&self) -> SignBytes {
         // SAFETY: `qs[32..64]` are the sign bytes.
-        unsafe { masks_at(self.qs[32..].as_ptr()) }
+        unsafe { block_sign_masks(self.qs[32..].as_ptr()) }
     }
     #[inline(always)]
     unsafe fn scale_bytes(&self) -> __m128i {
@@ -2201,9 +2208,9 @@ impl IqDecode for BlockIQ2XS {
                 let pick = _mm512_loadu_si512(IQ2_WORD_PICK[c].as_ptr() as *const _);
                 let numbers =
                     _mm512_multishift_epi64_epi8(shift, _mm512_permutexvar_epi16(pick, codes));
-                *o = _mm512_gf2p8affine_epi64_epi8::<{ IQ2_AFFINE.1 as i32 }>(
+                *o = level_magnitudes::<{ IQ2_AFFINE.1 as i32 }>(
+                    Levels::Affine(IQ2_AFFINE.0),
                     numbers,
-                    _mm512_set1_epi64(IQ2_AFFINE.0),
                 );
             }
             out
@@ -2364,7 +2371,7 @@ impl IqDecode for BlockIQ3S {
     #[inline(always)]
     unsafe fn sign_bytes(&self) -> SignBytes {
         // SAFETY: `signs` holds 32 bytes.
-        unsafe { masks_at(self.signs.as_ptr()) }
+        unsafe { block_sign_masks(self.signs.as_ptr()) }
     }
     #[inline(always)]
     unsafe fn scale_bytes(&self) -> __m128i {
