@@ -389,6 +389,18 @@ fn avx512_iq<B: IqFormat>(haswell: bool, gather: bool) -> IqDot<B> {
     }
 }
 
+/// IQ2_XS's AVX-512 kernel: with gathers as `avx512_iq`, else its lookups two blocks at a time
+/// (`vec_dot_iq_pairs_q8_k`).
+#[cfg(target_arch = "x86_64")]
+fn avx512_iq2_xs(haswell: bool, gather: bool) -> IqDot<BlockIQ2XS> {
+    use crate::arch::x86::avx512;
+    match (haswell, gather) {
+        (_, true) => avx512_iq(haswell, true),
+        (true, false) => avx512::vec_dot_iq_pairs_q8_k::<BlockIQ2XS, true>,
+        (false, false) => avx512::vec_dot_iq_pairs_q8_k::<BlockIQ2XS, false>,
+    }
+}
+
 /// The AVX2 IQ kernel of the order `haswell` says.
 #[cfg(target_arch = "x86_64")]
 fn avx2_iq<B: IqFormat>(haswell: bool) -> IqDot<B> {
@@ -518,7 +530,7 @@ impl Kernels {
                             avx512::vec_dot_tq1_0_q8_k::<false>
                         },
                         vec_dot_iq2_xxs_q8_k: avx512_iq(haswell, choices.iq_gather),
-                        vec_dot_iq2_xs_q8_k: avx512_iq(haswell, choices.iq_gather),
+                        vec_dot_iq2_xs_q8_k: avx512_iq2_xs(haswell, choices.iq_gather),
                         vec_dot_iq2_s_q8_k: avx512_iq(haswell, choices.iq_gather),
                         vec_dot_iq3_xxs_q8_k: avx512_iq(haswell, choices.iq_gather),
                         vec_dot_iq3_s_q8_k: avx512_iq(haswell, choices.iq_gather),

@@ -2200,20 +2200,11 @@ impl IqDecode for BlockIQ2XS {
             let high = [_mm512_movepi8_mask(_mm512_srli_epi16::<1>(w)), 0];
             let lo = lookup_bytes::<4>(IQ2XS_CODES.lo.as_ptr(), w, high);
             let hi = lookup_bytes::<4>(IQ2XS_CODES.hi.as_ptr(), w, high);
-            let codes =
-                _mm512_mask_blend_epi8(0xaaaa_aaaa_aaaa_aaaa, lo, _mm512_slli_epi16::<8>(hi));
-            let shift = _mm512_loadu_si512(IQ2_SHIFT.as_ptr() as *const _);
-            let mut out = [_mm512_setzero_si512(); 4];
-            for (c, o) in out.iter_mut().enumerate() {
-                let pick = _mm512_loadu_si512(IQ2_WORD_PICK[c].as_ptr() as *const _);
-                let numbers =
-                    _mm512_multishift_epi64_epi8(shift, _mm512_permutexvar_epi16(pick, codes));
-                *o = level_magnitudes::<{ IQ2_AFFINE.1 as i32 }>(
-                    Levels::Affine(IQ2_AFFINE.0),
-                    numbers,
-                );
-            }
-            out
+            iq2_word_magnitudes(_mm512_mask_blend_epi8(
+                ODD_BYTES,
+                lo,
+                _mm512_slli_epi16::<8>(hi),
+            ))
         }
     }
     #[inline(always)]
@@ -2232,6 +2223,90 @@ impl IqDecode for BlockIQ2XS {
     unsafe fn scale_bytes(&self) -> __m128i {
         // SAFETY: an 8-byte load of `scales`.
         unsafe { nibble_scales(_mm_loadl_epi64(self.scales.as_ptr() as *const __m128i)) }
+    }
+}
+
+/// The odd bytes of a zmm, as a k-mask.
+const ODD_BYTES: u64 = 0xaaaa_aaaa_aaaa_aaaa;
+
+/// The 256 magnitudes of an IQ2 block from its 32 grid codes as words (code `e` in word `e`): per 64 weights
+/// one `vpermw` moves entry `8c + k`'s code into qword `k`, one `vpmultishiftqb` each level number into its
+/// byte, one `vgf2p8affineqb` maps them to magnitudes.
+#[inline(always)]
+unsafe fn iq2_word_magnitudes(codes: __m512i) -> [__m512i; 4] {
+    // SAFETY (whole body): loads of static 64-byte controls; features are enabled by the calling kernel.
+    unsafe {
+        let shift = _mm512_loadu_si512(IQ2_SHIFT.as_ptr() as *const _);
+        // A loop, not `array::from_fn`: a closure would not inherit the kernel's features.
+        let mut out = [_mm512_setzero_si512(); 4];
+        for (c, o) in out.iter_mut().enumerate() {
+            let pick = _mm512_loadu_si512(IQ2_WORD_PICK[c].as_ptr() as *const _);
+            let numbers =
+                _mm512_multishift_epi64_epi8(shift, _mm512_permutexvar_epi16(pick, codes));
+            *o = level_magnitudes::<{ IQ2_AFFINE.1 as i32 }>(Levels::Affine(IQ2_AFFINE.0), numbers);
+        }
+        out
+    }
+}
+
+/// `vpermb` control that gathers the even bytes into bytes 0..32 and the odd ones into 32..64.
+static EVEN_THEN_ODD_BYTES: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut j = 0;
+    while j < 64 {
+        t[j] = if j < 32 { 2 * j } else { 2 * (j - 32) + 1 } as u8;
+        j += 1;
+    }
+    t
+};
+
+impl IqPairDecode for BlockIQ2XS {
+    /// Block `a`'s index words with block `b`'s low bytes in their odd bytes (which `magnitudes` wastes on
+    /// lookups nobody reads): one lookup of both blocks' 64 indices (`lookup_bytes`, 512 entries: four
+    /// `vpermi2b` per code table, the kernel's largest shuffle-port cost) where `magnitudes` does one per block.
+    /// Byte `2e` holds `a`'s index `e`, byte `2e + 1` `b`'s, their bits 8 go to bit 7 of the same bytes by two
+    /// shifts and a blend, and the codes come back interleaved the same way; a shift and a blend per block
+    /// make them code words. The sign fields are interleaved alike, looked up by one `ksigns` for both blocks
+    /// and split by one `vpermb`.
+    #[inline(always)]
+    unsafe fn decode_pair(a: &Self, b: &Self) -> [IqDecoded; 2] {
+        // SAFETY (whole body): 64-byte loads of the two blocks' `qs`; every index is 9 bits of a word, inside
+        // the 512-entry tables; features are enabled by the calling kernel.
+        unsafe {
+            let wa = _mm512_loadu_si512(a.qs.as_ptr() as *const _);
+            let wb = _mm512_loadu_si512(b.qs.as_ptr() as *const _);
+            let idx = _mm512_mask_blend_epi8(ODD_BYTES, wa, _mm512_slli_epi16::<8>(wb));
+            let bit8 = _mm512_mask_blend_epi8(
+                ODD_BYTES,
+                _mm512_srli_epi16::<1>(wa),
+                _mm512_slli_epi16::<7>(wb),
+            );
+            let high = [_mm512_movepi8_mask(bit8), 0];
+            let lo = lookup_bytes::<4>(IQ2XS_CODES.lo.as_ptr(), idx, high);
+            let hi = lookup_bytes::<4>(IQ2XS_CODES.hi.as_ptr(), idx, high);
+            let codes_a = _mm512_mask_blend_epi8(ODD_BYTES, lo, _mm512_slli_epi16::<8>(hi));
+            let codes_b = _mm512_mask_blend_epi8(ODD_BYTES, _mm512_srli_epi16::<8>(lo), hi);
+            // Sign field (bits 9..15 of each word): `a`'s in the even bytes, `b`'s in the odd ones.
+            let fields = _mm512_mask_blend_epi8(
+                ODD_BYTES,
+                _mm512_srli_epi16::<9>(wa),
+                _mm512_srli_epi16::<1>(wb),
+            );
+            let split = _mm512_loadu_si512(EVEN_THEN_ODD_BYTES.as_ptr() as *const _);
+            let signs = _mm512_permutexvar_epi8(split, ksigns(fields));
+            [
+                IqDecoded {
+                    s16: block_scale_words(a),
+                    magnitudes: iq2_word_magnitudes(codes_a),
+                    signs: SignBytes::Computed(_mm512_castsi512_si256(signs)),
+                },
+                IqDecoded {
+                    s16: block_scale_words(b),
+                    magnitudes: iq2_word_magnitudes(codes_b),
+                    signs: SignBytes::Computed(_mm512_extracti64x4_epi64::<1>(signs)),
+                },
+            ]
+        }
     }
 }
 
@@ -2390,7 +2465,7 @@ const IQ_SCALE_PERM: [[u16; 32]; 4] = group_words(4, 8);
 
 /// One IQ block decoded: its scales as words, its four groups' magnitude bytes and sign masks.
 #[derive(Clone, Copy)]
-struct IqDecoded {
+pub(crate) struct IqDecoded {
     s16: __m512i,
     magnitudes: [__m512i; 4],
     signs: SignBytes,
@@ -2403,16 +2478,29 @@ unsafe fn iq_decode_block<B: IqDecode, const GATHER: bool>(b: &B) -> IqDecoded {
     // SAFETY (whole body): the decoder's loads are inside the block or static tables; features are enabled by
     // the calling kernel.
     unsafe {
-        // The scales as words once per block, so each group's scale words are one `vpermw` (a zero-masked
-        // `vpermb` on the bytes costs the compiler a `vpermb` and a `vpandq`).
-        let s16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(b.scale_bytes()));
-        let magnitudes = b.magnitudes::<GATHER>();
         IqDecoded {
-            s16,
-            magnitudes,
+            s16: block_scale_words(b),
+            magnitudes: b.magnitudes::<GATHER>(),
             signs: b.sign_bytes(),
         }
     }
+}
+
+/// The block's sixteen scales as words, once per block, so each group's scale words are one `vpermw` (a
+/// zero-masked `vpermb` on the bytes costs the compiler a `vpermb` and a `vpandq`).
+#[inline(always)]
+unsafe fn block_scale_words<B: IqDecode>(b: &B) -> __m512i {
+    // SAFETY: the decoder reads its own block; features are enabled by the calling kernel.
+    unsafe { _mm512_castsi256_si512(_mm256_cvtepu8_epi16(b.scale_bytes())) }
+}
+
+/// Formats that decode two blocks at once for `vec_dot_iq_pairs_q8_k`, sharing the lookups' shuffle work.
+pub(crate) trait IqPairDecode: IqDecode {
+    /// Blocks `a` and `b` decoded, as `iq_decode_block` without gathers decodes each.
+    ///
+    /// # Safety
+    /// Only inside `vec_dot_iq_pairs_q8_k`, which enables the features these use.
+    unsafe fn decode_pair(a: &Self, b: &Self) -> [IqDecoded; 2];
 }
 
 /// The sixteen i32 partials of one IQ block against its q8_K block (lanes 0..8 the even 32-weight chunks,
@@ -2469,9 +2557,7 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool, const GATHER: bo
     debug_assert!(y.len() >= x.len());
     // SAFETY (whole block): block `i` of x and y are inside the slices; this function enables the features.
     unsafe {
-        let mut acc = _mm256_setzero_ps();
-        let mut sumf = 0f32;
-        let mut negated_min = 0u64;
+        let mut sums = IqRowSums::new();
         if let Some(first) = x.first() {
             let mut next = iq_decode_block::<B, GATHER>(first);
             for (i, (xb, yb)) in x.iter().zip(y).enumerate() {
@@ -2480,24 +2566,96 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool, const GATHER: bo
                 if let Some(after) = x.get(i + 1) {
                     next = iq_decode_block::<B, GATHER>(after);
                 }
-                let p = iq_block_partials::<HASWELL>(&cur, yb, &mut negated_min);
-                // Lanes m and m + 8 together are stock haswell's lane m.
-                let lanes =
-                    _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64::<1>(p));
-                if HASWELL {
-                    let d = scale_product(&yb.d, xb.d_bits());
-                    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
-                } else {
-                    iq_block_float_step::<false>(
-                        &mut acc,
-                        &mut sumf,
-                        iq::block_scale(xb, yb),
-                        lanes,
-                    );
-                }
+                sums.block::<B, HASWELL>(&cur, xb, yb);
             }
         }
-        iq_row_result::<B, HASWELL>(acc, sumf, negated_min != 0, x, y)
+        iq_row_result::<B, HASWELL>(sums.acc, sums.sumf, sums.negated_min != 0, x, y)
+    }
+}
+
+/// `vec_dot_iq_q8_k` without gathers for a format that decodes two blocks at once (`IqPairDecode`): pair
+/// `k + 1` is decoded while pair `k`'s products are computed; an odd last block is decoded alone. The
+/// products and float steps are `vec_dot_iq_q8_k`'s, block by block in order, so the bits are the same.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA, F16C and GFNI; `y.len() >= x.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+pub(crate) unsafe fn vec_dot_iq_pairs_q8_k<B: IqPairDecode, const HASWELL: bool>(
+    x: &[B],
+    y: &[BlockQ8K],
+) -> f32 {
+    debug_assert!(y.len() >= x.len());
+    // SAFETY (whole block): blocks `2k`, `2k + 1` and the odd last one of x and y are inside the slices; this
+    // function enables the features.
+    unsafe {
+        let mut sums = IqRowSums::new();
+        let (pairs, last) = x.as_chunks::<2>();
+        if let Some(first) = pairs.first() {
+            let mut next = B::decode_pair(&first[0], &first[1]);
+            for (k, pair) in pairs.iter().enumerate() {
+                prefetch_ahead(pair.as_ptr() as *const u8, 2 * size_of::<B>());
+                let cur = next;
+                if let Some(after) = pairs.get(k + 1) {
+                    next = B::decode_pair(&after[0], &after[1]);
+                }
+                sums.block::<B, HASWELL>(&cur[0], &pair[0], &y[2 * k]);
+                sums.block::<B, HASWELL>(&cur[1], &pair[1], &y[2 * k + 1]);
+            }
+        }
+        if let Some(xb) = last.first() {
+            let i = x.len() - 1;
+            sums.block::<B, HASWELL>(&iq_decode_block::<B, false>(xb), xb, &y[i]);
+        }
+        iq_row_result::<B, HASWELL>(sums.acc, sums.sumf, sums.negated_min != 0, x, y)
+    }
+}
+
+/// The running sums of an IQ row: the haswell order's eight float lanes (or the x64 chain's `acc`/`sumf`)
+/// and the x64 order's record of negated −128s.
+struct IqRowSums {
+    acc: __m256,
+    sumf: f32,
+    negated_min: u64,
+}
+
+impl IqRowSums {
+    #[inline(always)]
+    fn new() -> IqRowSums {
+        IqRowSums {
+            // SAFETY: AVX is enabled by every kernel that inlines this (and is part of the baseline they check).
+            acc: unsafe { _mm256_setzero_ps() },
+            sumf: 0.0,
+            negated_min: 0,
+        }
+    }
+
+    /// One decoded block's products (`iq_block_partials`) and float step: lanes `m` and `m + 8` together are
+    /// stock haswell's lane `m`.
+    #[inline(always)]
+    unsafe fn block<B: IqBlock, const HASWELL: bool>(
+        &mut self,
+        d: &IqDecoded,
+        xb: &B,
+        yb: &BlockQ8K,
+    ) {
+        // SAFETY: register operations and the products' loads inside `yb`; features are enabled by the calling
+        // kernel.
+        unsafe {
+            let p = iq_block_partials::<HASWELL>(d, yb, &mut self.negated_min);
+            let lanes =
+                _mm256_add_epi32(_mm512_castsi512_si256(p), _mm512_extracti64x4_epi64::<1>(p));
+            if HASWELL {
+                let d = scale_product(&yb.d, xb.d_bits());
+                self.acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), self.acc);
+            } else {
+                iq_block_float_step::<false>(
+                    &mut self.acc,
+                    &mut self.sumf,
+                    iq::block_scale(xb, yb),
+                    lanes,
+                );
+            }
+        }
     }
 }
 
