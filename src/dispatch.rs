@@ -389,15 +389,18 @@ fn avx512_iq<B: IqFormat>(haswell: bool, gather: bool) -> IqDot<B> {
     }
 }
 
-/// IQ2_XS's AVX-512 kernel: with gathers as `avx512_iq`, else its lookups two blocks at a time
-/// (`vec_dot_iq_pairs_q8_k`).
+/// The AVX-512 kernel of an IQ2 format that decodes two blocks at once (IQ2_XXS, IQ2_XS): with gathers as
+/// `avx512_iq`, else its lookups two blocks at a time (`vec_dot_iq_pairs_q8_k`).
 #[cfg(target_arch = "x86_64")]
-fn avx512_iq2_xs(haswell: bool, gather: bool) -> IqDot<BlockIQ2XS> {
+fn avx512_iq_pairs<B: IqFormat + crate::arch::x86::avx512::IqPairDecode>(
+    haswell: bool,
+    gather: bool,
+) -> IqDot<B> {
     use crate::arch::x86::avx512;
     match (haswell, gather) {
         (_, true) => avx512_iq(haswell, true),
-        (true, false) => avx512::vec_dot_iq_pairs_q8_k::<BlockIQ2XS, true>,
-        (false, false) => avx512::vec_dot_iq_pairs_q8_k::<BlockIQ2XS, false>,
+        (true, false) => avx512::vec_dot_iq_pairs_q8_k::<B, true>,
+        (false, false) => avx512::vec_dot_iq_pairs_q8_k::<B, false>,
     }
 }
 
@@ -529,8 +532,8 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_tq1_0_q8_k::<false>
                         },
-                        vec_dot_iq2_xxs_q8_k: avx512_iq(haswell, choices.iq_gather),
-                        vec_dot_iq2_xs_q8_k: avx512_iq2_xs(haswell, choices.iq_gather),
+                        vec_dot_iq2_xxs_q8_k: avx512_iq_pairs(haswell, choices.iq_gather),
+                        vec_dot_iq2_xs_q8_k: avx512_iq_pairs(haswell, choices.iq_gather),
                         vec_dot_iq2_s_q8_k: avx512_iq(haswell, choices.iq_gather),
                         vec_dot_iq3_xxs_q8_k: avx512_iq(haswell, choices.iq_gather),
                         vec_dot_iq3_s_q8_k: avx512_iq(haswell, choices.iq_gather),

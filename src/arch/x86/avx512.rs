@@ -1832,22 +1832,25 @@ static DWORD_LOW_BYTES: [u8; 64] = packed_bytes(4, 1);
 static QWORD_LOW_BYTES: [u8; 64] = packed_bytes(8, 1);
 
 /// IQ2_XXS expansion, `vpermt2b` control for 64-weight group `c`: qword `k` takes the code bytes of entry
-/// `e = 8c + k`, looked up in place: byte `e % 4` of chunk `e / 4`'s qword.
-const IQ2XXS_PICK: [[u8; 64]; 4] = {
+/// `e = 8c + k`, looked up in place: byte `at + e % 4` of chunk `e / 4`'s qword (`at` 0 where the indices lie as
+/// in the block, 4 for the second block of a pair, whose indices `decode_pair` moves to the high dwords).
+const fn iq2xxs_pick(at: usize) -> [[u8; 64]; 4] {
     let mut t = [[0u8; 64]; 4];
     let mut c = 0;
     while c < 4 {
         let mut k = 0;
         while k < 8 {
             let e = 8 * c + k;
-            t[c][8 * k] = (8 * (e / 4) + e % 4) as u8;
-            t[c][8 * k + 1] = (64 + 8 * (e / 4) + e % 4) as u8;
+            t[c][8 * k] = (8 * (e / 4) + at + e % 4) as u8;
+            t[c][8 * k + 1] = (64 + 8 * (e / 4) + at + e % 4) as u8;
             k += 1;
         }
         c += 1;
     }
     t
-};
+}
+const IQ2XXS_PICK: [[u8; 64]; 4] = iq2xxs_pick(0);
+const IQ2XXS_PICK_HIGH: [[u8; 64]; 4] = iq2xxs_pick(4);
 
 /// `vpermw` controls for the four 64-weight groups of a block: word `w` of group `c` takes word
 /// `per_group·c + w / repeat` (each source word `repeat` times in a row).
@@ -2017,11 +2020,27 @@ unsafe fn grid_magnitudes<const N: usize, const SLICES: usize, const B: i32>(
     unsafe {
         let lo = lookup_bytes::<SLICES>(grid.codes.lo.as_ptr(), idx, high);
         let hi = lookup_bytes::<SLICES>(grid.codes.hi.as_ptr(), idx, high);
+        expand_codes::<N, B>(grid, grid.pick, lo, hi)
+    }
+}
+
+/// The 256 magnitudes of a block from its looked-up code bytes `lo` and `hi`: per 64 weights one `vpermt2b`
+/// (control `pick[c]`) puts each entry's two code bytes into its qword or dword, one `vpmultishiftqb` each level
+/// number into its byte, and the level mapping makes it a magnitude.
+#[inline(always)]
+unsafe fn expand_codes<const N: usize, const B: i32>(
+    grid: &GridExpansion<N>,
+    pick: &[[u8; 64]; 4],
+    lo: __m512i,
+    hi: __m512i,
+) -> [__m512i; 4] {
+    // SAFETY (whole body): loads of static 64-byte controls; features are enabled by the calling kernel.
+    unsafe {
         let shift = _mm512_loadu_si512(grid.shift.as_ptr() as *const _);
         // A loop, not `array::from_fn`: a closure would not inherit the kernel's features.
         let mut out = [_mm512_setzero_si512(); 4];
         for (c, o) in out.iter_mut().enumerate() {
-            let pick = _mm512_loadu_si512(grid.pick[c].as_ptr() as *const _);
+            let pick = _mm512_loadu_si512(pick[c].as_ptr() as *const _);
             let numbers =
                 _mm512_multishift_epi64_epi8(shift, _mm512_permutex2var_epi8(lo, pick, hi));
             *o = level_magnitudes::<B>(grid.levels, numbers);
@@ -2394,6 +2413,38 @@ impl IqDecode for BlockIQ2XXS {
             let pack = _mm512_loadu_si512(QWORD_LOW_BYTES.as_ptr() as *const _);
             let nibbles = _mm512_permutexvar_epi8(pack, _mm512_srli_epi64::<60>(q));
             chunk_scales(_mm512_castsi512_si128(nibbles))
+        }
+    }
+}
+
+impl IqPairDecode for BlockIQ2XXS {
+    /// Block `b`'s index dwords moved into the high dwords of `a`'s chunks (which hold `a`'s sign and scale
+    /// fields, looked up for nothing by `magnitudes`): one lookup of both blocks' 64 indices (two `vpermi2b` per
+    /// code table) where `magnitudes` does one per block; each block's expansion picks its codes from its own
+    /// dwords (`IQ2XXS_PICK`, `IQ2XXS_PICK_HIGH`). Signs and scales as `IqDecode`.
+    #[inline(always)]
+    unsafe fn decode_pair(a: &Self, b: &Self) -> [IqDecoded; 2] {
+        // SAFETY (whole body): 64-byte loads of the two blocks' `qs`; the indices are bytes, inside the 256-entry
+        // tables; features are enabled by the calling kernel.
+        unsafe {
+            let qa = _mm512_loadu_si512(a.qs.as_ptr() as *const _);
+            let qb = _mm512_loadu_si512(b.qs.as_ptr() as *const _);
+            let idx = _mm512_mask_blend_epi32(0xaaaa, qa, _mm512_slli_epi64::<32>(qb));
+            let lo = lookup_bytes::<2>(IQ2XXS_CODES.lo.as_ptr(), idx, [0, 0]);
+            let hi = lookup_bytes::<2>(IQ2XXS_CODES.hi.as_ptr(), idx, [0, 0]);
+            const B: i32 = IQ2_AFFINE.1 as i32;
+            [
+                IqDecoded {
+                    s16: block_scale_words(a),
+                    magnitudes: expand_codes::<256, B>(&IQ2XXS_EXPANSION, &IQ2XXS_PICK, lo, hi),
+                    signs: a.sign_bytes(),
+                },
+                IqDecoded {
+                    s16: block_scale_words(b),
+                    magnitudes: expand_codes::<256, B>(&IQ2XXS_EXPANSION, &IQ2XXS_PICK_HIGH, lo, hi),
+                    signs: b.sign_bytes(),
+                },
+            ]
         }
     }
 }
