@@ -2441,7 +2441,12 @@ impl IqPairDecode for BlockIQ2XXS {
                 },
                 IqDecoded {
                     s16: block_scale_words(b),
-                    magnitudes: expand_codes::<256, B>(&IQ2XXS_EXPANSION, &IQ2XXS_PICK_HIGH, lo, hi),
+                    magnitudes: expand_codes::<256, B>(
+                        &IQ2XXS_EXPANSION,
+                        &IQ2XXS_PICK_HIGH,
+                        lo,
+                        hi,
+                    ),
                     signs: b.sign_bytes(),
                 },
             ]
