@@ -2675,10 +2675,14 @@ struct IqRowSums {
 }
 
 impl IqRowSums {
+    /// Zero sums.
+    ///
+    /// # Safety
+    /// Only inside the IQ kernels, which enable AVX.
     #[inline(always)]
-    fn new() -> IqRowSums {
+    unsafe fn new() -> IqRowSums {
         IqRowSums {
-            // SAFETY: AVX is enabled by every kernel that inlines this (and is part of the baseline they check).
+            // SAFETY: the caller's contract.
             acc: unsafe { _mm256_setzero_ps() },
             sumf: 0.0,
             negated_min: 0,
