@@ -2313,18 +2313,14 @@ impl IqPairDecode for BlockIQ2XS {
             );
             let split = _mm512_loadu_si512(EVEN_THEN_ODD_BYTES.as_ptr() as *const _);
             let signs = _mm512_permutexvar_epi8(split, ksigns(fields));
-            [
-                IqDecoded {
-                    s16: block_scale_words(a),
-                    magnitudes: iq2_word_magnitudes(codes_a),
-                    signs: SignBytes::Computed(_mm512_castsi512_si256(signs)),
-                },
-                IqDecoded {
-                    s16: block_scale_words(b),
-                    magnitudes: iq2_word_magnitudes(codes_b),
-                    signs: SignBytes::Computed(_mm512_extracti64x4_epi64::<1>(signs)),
-                },
-            ]
+            decoded_pair(
+                [a, b],
+                [iq2_word_magnitudes(codes_a), iq2_word_magnitudes(codes_b)],
+                [
+                    SignBytes::Computed(_mm512_castsi512_si256(signs)),
+                    SignBytes::Computed(_mm512_extracti64x4_epi64::<1>(signs)),
+                ],
+            )
         }
     }
 }
@@ -2433,23 +2429,15 @@ impl IqPairDecode for BlockIQ2XXS {
             let lo = lookup_bytes::<2>(IQ2XXS_CODES.lo.as_ptr(), idx, [0, 0]);
             let hi = lookup_bytes::<2>(IQ2XXS_CODES.hi.as_ptr(), idx, [0, 0]);
             const B: i32 = IQ2_AFFINE.1 as i32;
-            [
-                IqDecoded {
-                    s16: block_scale_words(a),
-                    magnitudes: expand_codes::<256, B>(&IQ2XXS_EXPANSION, &IQ2XXS_PICK, lo, hi),
-                    signs: a.sign_bytes(),
-                },
-                IqDecoded {
-                    s16: block_scale_words(b),
-                    magnitudes: expand_codes::<256, B>(
-                        &IQ2XXS_EXPANSION,
-                        &IQ2XXS_PICK_HIGH,
-                        lo,
-                        hi,
-                    ),
-                    signs: b.sign_bytes(),
-                },
-            ]
+            let grid = &IQ2XXS_EXPANSION;
+            decoded_pair(
+                [a, b],
+                [
+                    expand_codes::<256, B>(grid, &IQ2XXS_PICK, lo, hi),
+                    expand_codes::<256, B>(grid, &IQ2XXS_PICK_HIGH, lo, hi),
+                ],
+                [a.sign_bytes(), b.sign_bytes()],
+            )
         }
     }
 }
@@ -2548,6 +2536,30 @@ unsafe fn iq_decode_block<B: IqDecode, const GATHER: bool>(b: &B) -> IqDecoded {
 unsafe fn block_scale_words<B: IqDecode>(b: &B) -> __m512i {
     // SAFETY: the decoder reads its own block; features are enabled by the calling kernel.
     unsafe { _mm512_castsi256_si512(_mm256_cvtepu8_epi16(b.scale_bytes())) }
+}
+
+/// Blocks `a` and `b` decoded from their magnitudes and signs, with each block's scale words.
+#[inline(always)]
+unsafe fn decoded_pair<B: IqDecode>(
+    [a, b]: [&B; 2],
+    [ma, mb]: [[__m512i; 4]; 2],
+    [sa, sb]: [SignBytes; 2],
+) -> [IqDecoded; 2] {
+    // SAFETY: the decoders read their own blocks; features are enabled by the calling kernel.
+    unsafe {
+        [
+            IqDecoded {
+                s16: block_scale_words(a),
+                magnitudes: ma,
+                signs: sa,
+            },
+            IqDecoded {
+                s16: block_scale_words(b),
+                magnitudes: mb,
+                signs: sb,
+            },
+        ]
+    }
 }
 
 /// Formats that decode two blocks at once for `vec_dot_iq_pairs_q8_k`, sharing the lookups' shuffle work.
