@@ -117,6 +117,8 @@ pub struct Kernels {
     vec_dot_q1_0_q8_0: unsafe fn(&[BlockQ1_0], &[BlockQ8_0]) -> f32,
     mul_mat_q1_0_q8_0: unsafe fn(Rows<'_, BlockQ1_0>, Rows<'_, BlockQ8_0>, Emit<'_>),
     vec_dot_tq2_0_q8_k: unsafe fn(&[BlockTQ2_0], &[BlockQ8K]) -> f32,
+    /// The TQ2_0 tile kernel where the instruction set has one; `None`: one vec_dot per pair.
+    mul_mat_tq2_0_q8_k: Option<TileMulMat<BlockTQ2_0, BlockQ8K>>,
     vec_dot_tq1_0_q8_k: unsafe fn(&[BlockTQ1_0], &[BlockQ8K]) -> f32,
     vec_dot_iq2_xxs_q8_k: IqDot<BlockIQ2XXS>,
     vec_dot_iq2_xs_q8_k: IqDot<BlockIQ2XS>,
@@ -125,6 +127,9 @@ pub struct Kernels {
     vec_dot_iq3_s_q8_k: IqDot<BlockIQ3S>,
     quantize_row_q8_k: unsafe fn(&[f32], &mut [BlockQ8K]),
 }
+
+/// A tile kernel (`tiles.rs`): weight rows of `W` against activation columns of `A`.
+pub type TileMulMat<W, A> = unsafe fn(Rows<'_, W>, Rows<'_, A>, Emit<'_>);
 
 /// A vec_dot kernel on whole rows, as a `Kernels` table holds it; unsafe only for its length contract (`y`
 /// holds `Y_PER_BLOCK` activation blocks per weight block of `x`).
@@ -527,6 +532,11 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_tq2_0_q8_k::<false>
                         },
+                        mul_mat_tq2_0_q8_k: Some(if haswell {
+                            avx512::mul_mat_tq2_0_q8_k::<true>
+                        } else {
+                            avx512::mul_mat_tq2_0_q8_k::<false>
+                        }),
                         vec_dot_tq1_0_q8_k: if haswell {
                             avx512::vec_dot_tq1_0_q8_k::<true>
                         } else {
@@ -590,6 +600,7 @@ impl Kernels {
                         } else {
                             avx2::vec_dot_tq2_0_q8_k::<false>
                         },
+                        mul_mat_tq2_0_q8_k: None,
                         vec_dot_tq1_0_q8_k: if haswell {
                             avx2::vec_dot_tq1_0_q8_k::<true>
                         } else {
@@ -661,6 +672,7 @@ impl Kernels {
             } else {
                 tq2_0::vec_dot_tq2_0_q8_k_x64_model
             },
+            mul_mat_tq2_0_q8_k: None,
             vec_dot_tq1_0_q8_k: if haswell {
                 tq1_0::vec_dot_tq1_0_q8_k_haswell_model
             } else {
@@ -734,6 +746,22 @@ impl Kernels {
         assert!(y.len() >= x.len(), "q8_K row shorter than the TQ2_0 row");
         // SAFETY: as `vec_dot_q2_0_q8_0`.
         unsafe { (self.vec_dot_tq2_0_q8_k)(x, y) }
+    }
+
+    /// `W · Y` for TQ2_0: `emit(r, c, v)` with the bits of `vec_dot_tq2_0_q8_k(x.row(r), y.row(c))`: the tile
+    /// kernel with AVX-512 in the haswell order, one `vec_dot` per pair otherwise (`tiles.rs`).
+    pub fn mul_mat_tq2_0_q8_k(
+        &self,
+        x: Rows<'_, BlockTQ2_0>,
+        y: Rows<'_, BlockQ8K>,
+        emit: Emit<'_>,
+    ) {
+        assert!(y.nb() >= x.nb(), "q8_K columns shorter than the TQ2_0 rows");
+        match self.mul_mat_tq2_0_q8_k {
+            // SAFETY: as `vec_dot_q2_0_q8_0`; the lengths are checked above.
+            Some(tiles) => unsafe { tiles(x, y, emit) },
+            None => mul_mat_by_pairs(|x, y| self.vec_dot_tq2_0_q8_k(x, y), x, y, emit),
+        }
     }
 
     /// Whether this table's kernels for the q8_K side (`quantize_row_q8_K`) beat stock's: the AVX2 and AVX-512

@@ -1254,18 +1254,18 @@ fn block_stride(
     bytes / block
 }
 
-/// Serves a `ggml_lowbit_mul_mat_*_q8_0` call for a format of `B` blocks of `qk` weights (18 bytes each: Q2_0
-/// and Q1_0) with `kernel` (see the exports' documentation in `ffi.rs`).
+/// Serves a `ggml_lowbit_mul_mat_*` call for a format of `B` blocks of `qk` weights against activation blocks
+/// `A` of `act_qk` (q8_0: 32, q8_K: 256) with `kernel` (see the exports' documentation in `ffi.rs`).
 ///
 /// # Safety
 /// The C contract: rows, columns and outputs hold what the arguments describe.
-unsafe fn mul_mat_rows<B: RawBlock>(
+unsafe fn mul_mat_rows<B: RawBlock, A: RawBlock>(
     symbol: &str,
-    qk: usize,
+    (qk, act_qk): (usize, usize),
     kernel: impl Fn(
         &Kernels,
         crate::tiles::Rows<'_, B>,
-        crate::tiles::Rows<'_, BlockQ8_0>,
+        crate::tiles::Rows<'_, A>,
         crate::tiles::Emit<'_>,
     ),
     a: MulMatArgs,
@@ -1281,7 +1281,7 @@ unsafe fn mul_mat_rows<B: RawBlock>(
         ));
     }
     let nb = whole_blocks(a.n as i64, qk);
-    let per_block = qk / 32;
+    let per_block = qk / act_qk;
     let out = |r: usize, c: usize, v: f32| {
         // SAFETY: element (r, c) of the output the caller described.
         unsafe { *a.s.add(c * a.bs + r) = v }
@@ -1291,13 +1291,20 @@ unsafe fn mul_mat_rows<B: RawBlock>(
         return;
     }
     let xs = block_stride(symbol, "bx", a.bx, std::mem::size_of::<B>(), nb, rows);
-    let ys = block_stride(symbol, "by", a.by, 34, per_block * nb, cols);
+    let ys = block_stride(
+        symbol,
+        "by",
+        a.by,
+        std::mem::size_of::<A>(),
+        per_block * nb,
+        cols,
+    );
     // SAFETY: the caller's contract: `rows` rows of `nb` blocks `xs` apart, `cols` columns of `per_block·nb`
     // blocks `ys` apart.
     let (x, y) = unsafe {
         (
             view::<B>(a.vx, (rows - 1) * xs + nb),
-            view::<BlockQ8_0>(a.vy, (cols - 1) * ys + per_block * nb),
+            view::<A>(a.vy, (cols - 1) * ys + per_block * nb),
         )
     };
     let x = crate::tiles::Rows::new(x, nb, xs, rows).expect("sized from the strides");
@@ -1313,9 +1320,9 @@ unsafe fn mul_mat_rows<B: RawBlock>(
 pub unsafe fn mul_mat_q2_0_q8_0(a: MulMatArgs) {
     // SAFETY: passed on.
     unsafe {
-        mul_mat_rows::<BlockQ2_0>(
+        mul_mat_rows::<BlockQ2_0, BlockQ8_0>(
             "ggml_lowbit_mul_mat_q2_0_q8_0",
-            64,
+            (64, 32),
             Kernels::mul_mat_q2_0_q8_0,
             a,
         )
@@ -1329,9 +1336,9 @@ pub unsafe fn mul_mat_q2_0_q8_0(a: MulMatArgs) {
 pub unsafe fn mul_mat_pq2_0_q8_0(a: MulMatArgs) {
     // SAFETY: passed on.
     unsafe {
-        mul_mat_rows::<BlockPQ2_0>(
+        mul_mat_rows::<BlockPQ2_0, BlockQ8_0>(
             "ggml_lowbit_mul_mat_pq2_0_q8_0",
-            128,
+            (128, 32),
             Kernels::mul_mat_pq2_0_q8_0,
             a,
         )
@@ -1345,9 +1352,9 @@ pub unsafe fn mul_mat_pq2_0_q8_0(a: MulMatArgs) {
 pub unsafe fn mul_mat_ptq1_0_q8_0(a: MulMatArgs) {
     // SAFETY: passed on.
     unsafe {
-        mul_mat_rows::<BlockPTQ1_0>(
+        mul_mat_rows::<BlockPTQ1_0, BlockQ8_0>(
             "ggml_lowbit_mul_mat_ptq1_0_q8_0",
-            128,
+            (128, 32),
             Kernels::mul_mat_ptq1_0_q8_0,
             a,
         )
@@ -1361,10 +1368,26 @@ pub unsafe fn mul_mat_ptq1_0_q8_0(a: MulMatArgs) {
 pub unsafe fn mul_mat_q1_0_q8_0(a: MulMatArgs) {
     // SAFETY: passed on.
     unsafe {
-        mul_mat_rows::<BlockQ1_0>(
+        mul_mat_rows::<BlockQ1_0, BlockQ8_0>(
             "ggml_lowbit_mul_mat_q1_0_q8_0",
-            128,
+            (128, 32),
             Kernels::mul_mat_q1_0_q8_0,
+            a,
+        )
+    }
+}
+
+/// Serves `ggml_lowbit_mul_mat_tq2_0_q8_K` with the tile kernels.
+///
+/// # Safety
+/// As `mul_mat_rows`.
+pub unsafe fn mul_mat_tq2_0_q8_k(a: MulMatArgs) {
+    // SAFETY: passed on.
+    unsafe {
+        mul_mat_rows::<BlockTQ2_0, BlockQ8K>(
+            "ggml_lowbit_mul_mat_tq2_0_q8_K",
+            (256, 256),
+            Kernels::mul_mat_tq2_0_q8_k,
             a,
         )
     }

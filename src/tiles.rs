@@ -19,6 +19,8 @@
 use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
+use crate::formats::q8_k::BlockQ8K;
+use crate::formats::tq2_0::BlockTQ2_0;
 
 /// `rows` rows of `nb` blocks each, row `r` starting at block `r · stride` of `blocks`: a weight matrix (`B` a
 /// weight block) or a set of quantized activation columns (`B = BlockQ8_0`).
@@ -297,7 +299,7 @@ pub struct Q1ColumnPair {
 }
 
 /// Prepares one q8_0 column (`y.len() / 4` whole Q1_0 blocks' worth, in pairs) into `out`: the plain model of
-/// the layout, which the instruction set's own preparation (`Q1PrepareColumn`, e.g. `avx512.rs`
+/// the layout, which the instruction set's own preparation (`LanePrepareColumn`, e.g. `avx512.rs`
 /// `q1_prepare_column`) must equal entry for entry (tier-1 tests).
 #[cfg(test)]
 pub(crate) fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnPair>) {
@@ -325,14 +327,194 @@ pub(crate) fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnPair>) {
     }));
 }
 
-/// An instruction set's Q1_0 row kernel: the eight haswell-order lanes of `R` rows (pointers to their first
-/// block) against `C` prepared columns of equal length, over their `blocks` blocks (`(blocks + 1) / 2` pairs).
-pub(crate) type Q1TileRows<const R: usize, const C: usize> =
-    unsafe fn(usize, [*const u8; R], [&[Q1ColumnPair]; C]) -> [[[f32; 8]; R]; C];
+/// An instruction set's lane-tile row kernel (Q1_0, TQ2_0): the eight haswell-order float lanes of `R` rows
+/// (pointers to their first block) against `C` prepared columns of equal length (entries of `P`), over their
+/// `blocks` weight blocks.
+pub(crate) type LaneTileRows<P, const R: usize, const C: usize> =
+    unsafe fn(usize, [*const u8; R], [&[P]; C]) -> [[[f32; 8]; R]; C];
 
-/// An instruction set's preparation of one q8_0 column for its Q1_0 row kernels (the layout of
-/// `Q1ColumnPair`; plain model `q1_prepare_column`).
-pub(crate) type Q1PrepareColumn = unsafe fn(&[BlockQ8_0], &mut Vec<Q1ColumnPair>);
+/// An instruction set's preparation of one activation column (blocks of `A`) into entries of `P`.
+pub(crate) type LanePrepareColumn<A, P> = unsafe fn(&[A], &mut Vec<P>);
+
+/// An instruction set's kernels for `mul_mat_lane_tiles`: the column preparation and the row kernels for
+/// decode (four rows, one column), prefill (four rows, two columns) and tail rows.
+pub(crate) struct LaneTileKernels<A, P> {
+    pub(crate) prepare: LanePrepareColumn<A, P>,
+    pub(crate) rows4: LaneTileRows<P, TILE_ROWS, 1>,
+    pub(crate) rows1: LaneTileRows<P, 1, 1>,
+    pub(crate) rows4x2: LaneTileRows<P, TILE_ROWS, 2>,
+}
+
+/// `W · Y` for a format whose stock (haswell) chain is eight float lanes per element with no block batches
+/// (Q1_0 against q8_0, TQ2_0 against q8_K): columns prepared in chunks that stay in L2 (`act_per_row`
+/// activation blocks each, `entries` prepared entries), four rows per step against each pair of columns
+/// (prefill; the rows' decode shared, the chains interleaved), a last single column, tail rows one at a time;
+/// `finish(r, c, column, lanes)` makes element (r, c) from its lanes (stock's `hsum_float_8`, or a per-pair
+/// fallback the prepared column asks for).
+///
+/// # Safety
+/// The kernels must be safe to call on this CPU; `y.nb() >= act_per_row`, and a column prepared from
+/// `act_per_row` blocks holds what the row kernels read for `x.nb()` weight blocks.
+pub(crate) unsafe fn mul_mat_lane_tiles<B, A, P>(
+    x: Rows<'_, B>,
+    y: Rows<'_, A>,
+    (act_per_row, entries): (usize, usize),
+    kernels: &LaneTileKernels<A, P>,
+    prepared: &mut Vec<Vec<P>>,
+    mut finish: impl FnMut(usize, usize, &[P], [f32; 8]),
+) {
+    let nb = x.nb();
+    let column_bytes = std::mem::size_of::<P>() * entries.max(1);
+    let chunk = (PREPARED_BYTES / column_bytes).max(1);
+    let LaneTileKernels {
+        prepare,
+        rows4,
+        rows1,
+        rows4x2,
+    } = *kernels;
+    // SAFETY: the caller vouches for the CPU.
+    let prepare = |c: usize, out: &mut Vec<P>| unsafe { prepare(&y.row(c)[..act_per_row], out) };
+    for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
+        // SAFETY (the three kernels): each row holds `nb` blocks and each prepared column what the kernels
+        // read for them (the caller's contract); the caller vouches for the CPU.
+        run_rows(
+            &x,
+            (c0, c1),
+            prepared,
+            Some(&|p, [c, d]| unsafe { rows4x2(nb, p, [c, d]) }),
+            |p, c| unsafe { rows4(nb, p, [c])[0] },
+            |p, c| unsafe { rows1(nb, [p], [c])[0][0] },
+            |r, c, lanes| finish(r, c, &prepared[c - c0], lanes),
+        );
+    });
+}
+
+impl<A, P> Clone for LaneTileKernels<A, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A, P> Copy for LaneTileKernels<A, P> {}
+
+/// `W · Y` for Q1_0 weights in the haswell build's order through `mul_mat_lane_tiles`, each element finished
+/// with `hsum_float_8`, so every element has the bits of the haswell `ggml_vec_dot_q1_0_q8_0`.
+///
+/// # Safety
+/// The kernels must be safe to call on this CPU; `y.nb() >= 4 * x.nb()`.
+pub(crate) unsafe fn mul_mat_q1_0_tiles(
+    x: Rows<'_, BlockQ1_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+    kernels: &LaneTileKernels<BlockQ8_0, Q1ColumnPair>,
+) {
+    thread_local! {
+        static PREPARED: std::cell::RefCell<Vec<Vec<Q1ColumnPair>>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let nb = x.nb();
+    PREPARED.with_borrow_mut(|prepared| {
+        // SAFETY: the caller's contract; a column of `4·nb` q8_0 blocks prepares into `(nb + 1) / 2` pairs.
+        unsafe {
+            mul_mat_lane_tiles(
+                x,
+                y,
+                (4 * nb, nb.div_ceil(2)),
+                kernels,
+                prepared,
+                |r, c, _, lanes| emit(r, c, q1_0::hsum_float_8(lanes)),
+            )
+        }
+    });
+}
+
+/// One q8_K block of an activation column prepared for the TQ2_0 tile kernel (`avx512.rs`, `tq2_tile_rows`):
+/// - `q[l]`: the quants that meet field `l` of the 64 code bytes taken as one vector — byte `m` of the codes
+///   holds element `32l + m` (`m < 32`) or `128 + 32l + (m − 32)` (`m ≥ 32`), so `q[l]` is quants `32l..32l + 32`
+///   then `128 + 32l..128 + 32l + 32`, one aligned load per field;
+/// - `neg_pairs[L] = −(bsums[2L] + bsums[2L + 1])`: stock's i16 lanes minus their bsums, as the start of the
+///   kernel's sums (exact whenever no i16 lane can wrap: see `wraps`);
+/// - `d`: the q8_K scale's bytes;
+/// - `wraps` (the column's first entry only): some bsum of the column is beyond ±26623, so stock's i16 lanes
+///   could wrap (never with the quantizer's own bsums); the column's elements then come from the per-pair
+///   `vec_dot`, which wraps as stock does.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub struct Tq2ColumnBlock {
+    pub(crate) q: [[i8; 64]; 4],
+    pub(crate) neg_pairs: [i32; 8],
+    pub(crate) d: [u8; 4],
+    pub(crate) wraps: bool,
+}
+const _: () = assert!(std::mem::size_of::<Tq2ColumnBlock>() == 320);
+
+/// The largest |bsum| for which no stock i16 lane can wrap: a lane's `Σ c·q` is within ±16·3·128 = ±6144.
+pub(crate) const TQ2_BSUM_BOUND: u16 = 32767 - 6144;
+
+/// Prepares one q8_K column for the TQ2_0 tile kernel (`Tq2ColumnBlock`). Plain Rust: a copy per block, shared
+/// by every row of the product.
+pub(crate) fn tq2_prepare_column(y: &[BlockQ8K], out: &mut Vec<Tq2ColumnBlock>) {
+    out.clear();
+    let mut wraps = false;
+    out.extend(y.iter().map(|b| {
+        let mut e = Tq2ColumnBlock {
+            q: [[0; 64]; 4],
+            neg_pairs: [0; 8],
+            d: b.d,
+            wraps: false,
+        };
+        for (l, q) in e.q.iter_mut().enumerate() {
+            for (half, part) in q.chunks_exact_mut(32).enumerate() {
+                part.copy_from_slice(&b.qs[128 * half + 32 * l..][..32]);
+            }
+        }
+        for (lane, n) in e.neg_pairs.iter_mut().enumerate() {
+            *n = -(b.bsum(2 * lane) as i32 + b.bsum(2 * lane + 1) as i32);
+        }
+        wraps |= (0..16).any(|m| b.bsum(m).unsigned_abs() > TQ2_BSUM_BOUND);
+        e
+    }));
+    if let Some(first) = out.first_mut() {
+        first.wraps = wraps;
+    }
+}
+
+/// `W · Y` for TQ2_0 weights in the haswell build's order through `mul_mat_lane_tiles`: each element finished
+/// with `hsum_float_8`, or, in a column whose bsums could make stock's i16 lanes wrap, by `vec_dot` (the
+/// instruction set's, which redoes such rows with the model), so every element has the bits of the haswell
+/// `ggml_vec_dot_tq2_0_q8_K`.
+///
+/// # Safety
+/// The kernels must be safe to call on this CPU; `y.nb() >= x.nb()`.
+pub(crate) unsafe fn mul_mat_tq2_0_tiles(
+    x: Rows<'_, BlockTQ2_0>,
+    y: Rows<'_, BlockQ8K>,
+    emit: Emit<'_>,
+    kernels: &LaneTileKernels<BlockQ8K, Tq2ColumnBlock>,
+    vec_dot: impl Fn(&[BlockTQ2_0], &[BlockQ8K]) -> f32,
+) {
+    thread_local! {
+        static PREPARED: std::cell::RefCell<Vec<Vec<Tq2ColumnBlock>>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let nb = x.nb();
+    PREPARED.with_borrow_mut(|prepared| {
+        // SAFETY: the caller's contract; a column of `nb` q8_K blocks prepares into `nb` entries.
+        unsafe {
+            mul_mat_lane_tiles(
+                x,
+                y,
+                (nb, nb),
+                kernels,
+                prepared,
+                |r, c, column, lanes| {
+                    let v = match column.first() {
+                        Some(first) if first.wraps => vec_dot(x.row(r), &y.row(c)[..nb]),
+                        _ => q1_0::hsum_float_8(lanes),
+                    };
+                    emit(r, c, v)
+                },
+            )
+        }
+    });
+}
 
 /// Rows `t, t + q, t + 2q, t + 3q` for each tile step `t` (`q = rows / 4`), and where the tail rows (run one by
 /// one) start: the row order both drivers use (see `mul_mat_q2_0_tiles`).
@@ -342,48 +524,6 @@ fn tile_steps(rows: usize) -> (usize, impl Iterator<Item = [usize; TILE_ROWS]>) 
         TILE_ROWS * q,
         (0..q).map(move |t| std::array::from_fn(|i| t + i * q)),
     )
-}
-
-/// `W · Y` for Q1_0 weights in the haswell build's order: columns prepared in chunks that stay in L2, four rows
-/// per step against each pair of columns (prefill; the rows' sign bytes shared, the chains interleaved), a last
-/// single column, tail rows one at a time, and each element finished with `hsum_float_8`, so every element has
-/// the bits of the haswell `ggml_vec_dot_q1_0_q8_0`.
-///
-/// # Safety
-/// `prepare`, `rows4`, `rows1` and `rows4x2` must be safe to call on this CPU; `y.nb() >= 4 * x.nb()`.
-pub(crate) unsafe fn mul_mat_q1_0_tiles(
-    x: Rows<'_, BlockQ1_0>,
-    y: Rows<'_, BlockQ8_0>,
-    emit: Emit<'_>,
-    prepare: Q1PrepareColumn,
-    rows4: Q1TileRows<TILE_ROWS, 1>,
-    rows1: Q1TileRows<1, 1>,
-    rows4x2: Q1TileRows<TILE_ROWS, 2>,
-) {
-    thread_local! {
-        static PREPARED: std::cell::RefCell<Vec<Vec<Q1ColumnPair>>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
-    let nb = x.nb();
-    let column_bytes = std::mem::size_of::<Q1ColumnPair>() * nb.div_ceil(2).max(1);
-    let chunk = (PREPARED_BYTES / column_bytes).max(1);
-    PREPARED.with_borrow_mut(|prepared| {
-        // SAFETY: the caller vouches for the CPU.
-        let prepare =
-            |c: usize, out: &mut Vec<Q1ColumnPair>| unsafe { prepare(&y.row(c)[..4 * nb], out) };
-        for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
-            // SAFETY (the three kernels): each row holds `nb` blocks, each prepared column `(nb + 1) / 2` pairs;
-            // the caller vouches for the CPU.
-            run_rows(
-                &x,
-                (c0, c1),
-                prepared,
-                Some(&|p, [c, d]| unsafe { rows4x2(nb, p, [c, d]) }),
-                |p, c| unsafe { rows4(nb, p, [c])[0] },
-                |p, c| unsafe { rows1(nb, [p], [c])[0][0] },
-                |r, c, lanes| emit(r, c, q1_0::hsum_float_8(lanes)),
-            );
-        });
-    });
 }
 
 /// One batch (four PQ2_0 or PTQ1_0 blocks, sixteen q8_0 blocks) of an activation column prepared for the fork

@@ -19,12 +19,13 @@ use crate::formats::iq2_xs::BlockIQ2XS;
 use crate::formats::iq2_xxs::BlockIQ2XXS;
 use crate::formats::iq3_s::BlockIQ3S;
 use crate::formats::iq3_xxs::BlockIQ3XXS;
-use crate::formats::{blocks, blocks_mut};
+use crate::formats::{blocks, blocks_mut, RawBlock};
+use crate::tiles::Rows;
 use crate::interpose::IQ_SYMBOLS;
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, StockLib, VecDotFn};
 use crate::FloatOrder;
 
-pub const SYMBOLS: [&str; 22] = [
+pub const SYMBOLS: [&str; 23] = [
     "ggml_vec_dot_q2_0_q8_0",
     "quantize_row_q8_0",
     "dequantize_row_q2_0",
@@ -47,6 +48,7 @@ pub const SYMBOLS: [&str; 22] = [
     "ggml_vec_dot_iq3_s_q8_K",
     "dequantize_row_iq3_s",
     "quantize_row_q8_K",
+    "ggml_lowbit_mul_mat_tq2_0_q8_K",
 ];
 
 /// Position of `name` in `SYMBOLS` (its reports follow that order).
@@ -157,6 +159,8 @@ pub struct CSymbols {
     pub mul_mat_q1_0_q8_0: Option<MulMatFn>,
     pub vec_dot_tq2_0_q8_k: VecDotFn,
     pub dequantize_row_tq2_0: DequantizeRowFn,
+    /// Ours only.
+    pub mul_mat_tq2_0_q8_k: Option<MulMatFn>,
     pub vec_dot_tq1_0_q8_k: VecDotFn,
     pub dequantize_row_tq1_0: DequantizeRowFn,
     /// The IQ formats, in the order of `interpose::IQ_SYMBOLS`.
@@ -178,6 +182,7 @@ impl CSymbols {
             mul_mat_q1_0_q8_0: None,
             vec_dot_tq2_0_q8_k: stock.vec_dot("ggml_vec_dot_tq2_0_q8_K")?,
             dequantize_row_tq2_0: stock.dequantize_row("dequantize_row_tq2_0")?,
+            mul_mat_tq2_0_q8_k: None,
             vec_dot_tq1_0_q8_k: stock.vec_dot("ggml_vec_dot_tq1_0_q8_K")?,
             dequantize_row_tq1_0: stock.dequantize_row("dequantize_row_tq1_0")?,
             vec_dot_iq: iq_symbols(false, |name| stock.vec_dot(name))?,
@@ -220,6 +225,10 @@ impl CSymbols {
                 dequantize_row_tq2_0: *lib
                     .get::<DequantizeRowFn>(b"dequantize_row_tq2_0\0")
                     .map_err(|e| e.to_string())?,
+                mul_mat_tq2_0_q8_k: Some(
+                    *lib.get::<MulMatFn>(b"ggml_lowbit_mul_mat_tq2_0_q8_K\0")
+                        .map_err(|e| e.to_string())?,
+                ),
                 vec_dot_tq1_0_q8_k: *lib
                     .get::<VecDotFn>(b"ggml_vec_dot_tq1_0_q8_K\0")
                     .map_err(|e| e.to_string())?,
@@ -398,12 +407,13 @@ impl Subject {
     }
 }
 
-/// A format with a tile export: Q2_0 (64 weights, two q8_0 blocks per block) or Q1_0 (128, four); both have
-/// 18-byte blocks.
+/// A format with a tile export: Q2_0 (64 weights, two q8_0 blocks per block), Q1_0 (128, four; both have
+/// 18-byte blocks) or TQ2_0 (256 weights in 66 bytes, one q8_K block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TileFormat {
     Q2_0,
     Q1_0,
+    Tq2_0,
 }
 
 impl TileFormat {
@@ -411,10 +421,29 @@ impl TileFormat {
         match self {
             TileFormat::Q2_0 => 64,
             TileFormat::Q1_0 => 128,
+            TileFormat::Tq2_0 => 256,
         }
     }
-    fn q8_per_block(self) -> usize {
-        self.weights() / 32
+    fn block_bytes(self) -> usize {
+        match self {
+            TileFormat::Q2_0 => Q2_0_BYTES,
+            TileFormat::Q1_0 => Q1_0_BYTES,
+            TileFormat::Tq2_0 => TQ2_0_BYTES,
+        }
+    }
+    /// Activation blocks per weight block, and their bytes.
+    fn act_per_block(self) -> (usize, usize) {
+        match self {
+            TileFormat::Tq2_0 => (1, Q8_K_BYTES),
+            _ => (self.weights() / 32, Q8_0_BYTES),
+        }
+    }
+    fn symbol(self) -> &'static str {
+        match self {
+            TileFormat::Q2_0 => "ggml_lowbit_mul_mat_q2_0_q8_0",
+            TileFormat::Q1_0 => "ggml_lowbit_mul_mat_q1_0_q8_0",
+            TileFormat::Tq2_0 => "ggml_lowbit_mul_mat_tq2_0_q8_K",
+        }
     }
 }
 
@@ -435,29 +464,25 @@ impl Subject {
     /// The tile export of `sh.format` on `x` and `y` laid out as `sh`; the output with its sentinel gaps.
     fn mul_mat(&self, sh: MulMatShape, x: &[u8], y: &[u8]) -> Vec<f32> {
         let mut out = vec![f32::from_bits(0x7fa5_a5a5); sh.cols * sh.bs];
-        let per = sh.format.q8_per_block();
+        let (per, act_bytes) = sh.format.act_per_block();
         match self {
             Subject::Kernels(k) => {
                 let mut emit = |r: usize, c: usize, v: f32| out[c * sh.bs + r] = v;
-                let yr = crate::tiles::Rows::new(blocks(y), per * sh.nb, sh.ys, sh.cols)
-                    .expect("case sizes");
+                fn view<B: RawBlock>(bytes: &[u8], (nb, stride, n): (usize, usize, usize)) -> Rows<'_, B> {
+                    Rows::new(blocks(bytes), nb, stride, n).expect("case sizes")
+                }
+                let (xv, yv) = ((sh.nb, sh.xs, sh.rows), (per * sh.nb, sh.ys, sh.cols));
                 match sh.format {
-                    TileFormat::Q2_0 => {
-                        let xr = crate::tiles::Rows::new(blocks(x), sh.nb, sh.xs, sh.rows)
-                            .expect("case sizes");
-                        k.mul_mat_q2_0_q8_0(xr, yr, &mut emit)
-                    }
-                    TileFormat::Q1_0 => {
-                        let xr = crate::tiles::Rows::new(blocks(x), sh.nb, sh.xs, sh.rows)
-                            .expect("case sizes");
-                        k.mul_mat_q1_0_q8_0(xr, yr, &mut emit)
-                    }
+                    TileFormat::Q2_0 => k.mul_mat_q2_0_q8_0(view(x, xv), view(y, yv), &mut emit),
+                    TileFormat::Q1_0 => k.mul_mat_q1_0_q8_0(view(x, xv), view(y, yv), &mut emit),
+                    TileFormat::Tq2_0 => k.mul_mat_tq2_0_q8_k(view(x, xv), view(y, yv), &mut emit),
                 }
             }
             Subject::C { symbols, .. } => {
                 let f = match sh.format {
                     TileFormat::Q2_0 => symbols.mul_mat_q2_0_q8_0,
                     TileFormat::Q1_0 => symbols.mul_mat_q1_0_q8_0,
+                    TileFormat::Tq2_0 => symbols.mul_mat_tq2_0_q8_k,
                 }
                 .expect("our library exports the tile API");
                 // SAFETY: the buffers hold the rows, columns and outputs the shape describes.
@@ -467,9 +492,9 @@ impl Subject {
                         out.as_mut_ptr(),
                         sh.bs,
                         x.as_ptr() as *const c_void,
-                        sh.xs * 18,
+                        sh.xs * sh.format.block_bytes(),
                         y.as_ptr() as *const c_void,
-                        sh.ys * Q8_0_BYTES,
+                        sh.ys * act_bytes,
                         sh.rows as c_int,
                         sh.cols as c_int,
                     )
@@ -481,16 +506,17 @@ impl Subject {
 }
 
 /// One tile-export case of `format`: a whole product with row tails (1..=9 rows), several columns, strides with
-/// gaps and gaps between output columns; every element against `stock_dot` (stock's vec_dot) on its pair.
+/// gaps and gaps between output columns; every element against stock's vec_dot (`st`) on its pair.
 fn mul_mat_case(
     gen: &mut Gen,
     format: TileFormat,
-    stock_dot: VecDotFn,
+    st: &CSymbols,
     subjects: &[Subject],
     mut record: impl FnMut(usize, Outcome, String),
 ) {
     let case = gen.case;
-    let per = format.q8_per_block();
+    let (per, act_bytes) = format.act_per_block();
+    let bytes = format.block_bytes();
     let nb = gen
         .row_blocks(format.weights())
         .min(3072 / format.weights());
@@ -505,23 +531,32 @@ fn mul_mat_case(
         ys: per * nb + gen.rng.gen_range(0..2),
         bs: rows + gen.rng.gen_range(0..3),
     };
-    let mut x = vec![0u8; ((rows - 1) * sh.xs + nb) * 18];
-    let mut y = vec![0u8; ((cols - 1) * sh.ys + per * nb) * Q8_0_BYTES];
+    let mut x = vec![0u8; ((rows - 1) * sh.xs + nb) * bytes];
+    let mut y = vec![0u8; ((cols - 1) * sh.ys + per * nb) * act_bytes];
     for r in 0..rows {
-        let at = r * sh.xs * 18;
+        let row = &mut x[r * sh.xs * bytes..][..nb * bytes];
         match format {
-            TileFormat::Q2_0 => gen.q2_0_row(nb, &mut x[at..at + nb * 18]),
-            TileFormat::Q1_0 => gen.q1_0_row(nb, &mut x[at..at + nb * 18]),
+            TileFormat::Q2_0 => gen.q2_0_row(nb, row),
+            TileFormat::Q1_0 => gen.q1_0_row(nb, row),
+            TileFormat::Tq2_0 => gen.tq2_0_row(nb, row),
         }
     }
     for c in 0..cols {
-        let at = c * sh.ys * Q8_0_BYTES;
-        gen.q8_0_row(per * nb, &mut y[at..at + per * nb * Q8_0_BYTES]);
+        let col = &mut y[c * sh.ys * act_bytes..][..per * nb * act_bytes];
+        match format {
+            TileFormat::Tq2_0 => gen.q8_k_row(nb, col, st.quantize_row_q8_k),
+            _ => gen.q8_0_row(per * nb, col),
+        }
     }
+    let stock_dot = match format {
+        TileFormat::Q2_0 => st.vec_dot_q2_0_q8_0,
+        TileFormat::Q1_0 => st.vec_dot_q1_0_q8_0,
+        TileFormat::Tq2_0 => st.vec_dot_tq2_0_q8_k,
+    };
     let mut want = vec![f32::from_bits(0x7fa5_a5a5); cols * sh.bs];
     for c in 0..cols {
         for r in 0..rows {
-            let (xa, ya) = (r * sh.xs * 18, c * sh.ys * Q8_0_BYTES);
+            let (xa, ya) = (r * sh.xs * bytes, c * sh.ys * act_bytes);
             want[c * sh.bs + r] = call_vec_dot(
                 stock_dot,
                 (format.weights() * nb) as i32,
@@ -682,25 +717,19 @@ pub fn run(
                 });
             }
         }
-        // ggml_lowbit_mul_mat_q2_0_q8_0 and _q1_0_q8_0, every fourth case each: every element against stock's
-        // vec_dot on its pair.
-        if case % 4 == 0 {
-            mul_mat_case(
-                &mut gen,
-                TileFormat::Q2_0,
-                st.vec_dot_q2_0_q8_0,
-                subjects,
-                |j, o, d| reports[3 * per_symbol + j].record(o, || d),
-            );
-        }
-        if case % 4 == 2 {
-            mul_mat_case(
-                &mut gen,
-                TileFormat::Q1_0,
-                st.vec_dot_q1_0_q8_0,
-                subjects,
-                |j, o, d| reports[6 * per_symbol + j].record(o, || d),
-            );
+        // The tile exports (ggml_lowbit_mul_mat_q2_0_q8_0, _q1_0_q8_0, _tq2_0_q8_K), each every fourth case:
+        // every element against stock's vec_dot on its pair.
+        for (turn, format) in [
+            (0, TileFormat::Q2_0),
+            (2, TileFormat::Q1_0),
+            (1, TileFormat::Tq2_0),
+        ] {
+            if case % 4 == turn {
+                let slot = symbol_index(format.symbol());
+                mul_mat_case(&mut gen, format, &st, subjects, |j, o, d| {
+                    reports[slot * per_symbol + j].record(o, || d)
+                });
+            }
         }
         // quantize_row_q8_0 and quantize_row_q8_K: the same float inputs and output checks (a sentinel block
         // past the last whole one).

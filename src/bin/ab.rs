@@ -753,6 +753,7 @@ fn cmd_speed(
         "ggml_vec_dot_q1_0_q8_0",
         "ggml_lowbit_mul_mat_q1_0_q8_0",
         "ggml_vec_dot_tq2_0_q8_K",
+        "ggml_lowbit_mul_mat_tq2_0_q8_K",
         "ggml_vec_dot_tq1_0_q8_K",
         "ggml_vec_dot_iq2_xxs_q8_K",
         "ggml_vec_dot_iq2_xs_q8_K",
@@ -949,6 +950,12 @@ fn cmd_speed(
             WeightType::Q1_0,
             ours.mul_mat_q1_0_q8_0,
             st.vec_dot_q1_0_q8_0,
+        ),
+        (
+            "ggml_lowbit_mul_mat_tq2_0_q8_K",
+            WeightType::Tq2_0,
+            ours.mul_mat_tq2_0_q8_k,
+            st.vec_dot_tq2_0_q8_k,
         ),
     ];
     for (symbol, format, tiles, stock_dot) in tile_jobs {

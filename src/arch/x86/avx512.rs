@@ -44,8 +44,9 @@ use crate::formats::tq1_0::{self, BlockTQ1_0};
 use crate::formats::tq2_0::{self, BlockTQ2_0};
 use crate::fp16::F16_TO_F32_TABLE;
 use crate::tiles::{
-    mul_mat_by_pairs, mul_mat_fork_tiles, mul_mat_q1_0_tiles, mul_mat_q2_0_tiles, Emit,
-    ForkColumnBatch, Q1ColumnPair, Q2ColumnBatch, Rows,
+    mul_mat_by_pairs, mul_mat_fork_tiles, mul_mat_q1_0_tiles, mul_mat_q2_0_tiles,
+    mul_mat_tq2_0_tiles, tq2_prepare_column, Emit, ForkColumnBatch, LaneTileKernels, Q1ColumnPair,
+    Q2ColumnBatch, Rows, Tq2ColumnBlock,
 };
 
 const Q2_BYTES: usize = 18;
@@ -1274,7 +1275,7 @@ unsafe fn q1_tile_rows<const R: usize, const C: usize, const MASKED_LOADS: bool>
             };
         }
     }
-    q1_tile_lanes(acc)
+    tile_lanes(acc)
 }
 
 /// One q8_0 column prepared for `q1_tile_rows` (`tiles::Q1ColumnPair`; equal entry for entry to the plain
@@ -1336,7 +1337,7 @@ pub(crate) unsafe fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnPa
 
 /// The tile kernels' accumulators (per row, per column) as the eight lanes per column and row.
 #[inline(always)]
-fn q1_tile_lanes<const R: usize, const C: usize>(acc: [[__m256; C]; R]) -> [[[f32; 8]; R]; C] {
+fn tile_lanes<const R: usize, const C: usize>(acc: [[__m256; C]; R]) -> [[[f32; 8]; R]; C] {
     let mut out = [[[0f32; 8]; R]; C];
     for (r, row) in acc.iter().enumerate() {
         for (j, &lanes) in row.iter().enumerate() {
@@ -1366,10 +1367,12 @@ pub unsafe fn mul_mat_q1_0_q8_0<const HASWELL: bool, const MASKED_LOADS: bool>(
                 x,
                 y,
                 emit,
-                q1_prepare_column,
-                q1_tile_rows::<4, 1, MASKED_LOADS>,
-                q1_tile_rows::<1, 1, MASKED_LOADS>,
-                q1_tile_rows::<4, 2, MASKED_LOADS>,
+                &LaneTileKernels {
+                    prepare: q1_prepare_column,
+                    rows4: q1_tile_rows::<4, 1, MASKED_LOADS>,
+                    rows1: q1_tile_rows::<1, 1, MASKED_LOADS>,
+                    rows4x2: q1_tile_rows::<4, 2, MASKED_LOADS>,
+                },
             )
         } else {
             mul_mat_by_pairs(
@@ -1516,6 +1519,111 @@ pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[Blo
             return tq2_0::vec_dot_tq2_0_q8_k_haswell_model(x, y);
         }
         hsum_float_8_ps(acc)
+    }
+}
+
+/// The haswell-order lanes of `R` TQ2_0 rows against `C` prepared q8_K columns (`tiles::Tq2ColumnBlock`),
+/// block by block: each row's 64 code bytes are one load, field 0 an AND and fields 1–3 one `vgf2p8affineqb`
+/// each (to bits 0..1), and field `l` meets the column's `q[l]` (the matching 64 quants, laid out by
+/// `tiles::tq2_prepare_column`) in one `vpdpbusd`, the first starting from the column's `neg_pairs`; the two
+/// halves add to stock's eight lanes, then stock's float step (`y.d·d0`, convert, FMA). Against the vec_dot
+/// kernel: the quants are aligned loads made once for all `R` rows (there, four loads across cache lines per
+/// row and block), and `R·C` independent chains. Decode (`R = 4, C = 1`), prefill (`R = 4, C = 2`) and the tail
+/// rows (`R = C = 1`). Columns whose bsums could wrap stock's lanes are redone by the driver.
+///
+/// # Safety
+/// The CPU must have the features below; each row pointer addresses `blocks` TQ2_0 blocks and every column
+/// holds `blocks` entries.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
+unsafe fn tq2_tile_rows<const R: usize, const C: usize>(
+    blocks: usize,
+    rows: [*const u8; R],
+    cols: [&[Tq2ColumnBlock]; C],
+) -> [[[f32; 8]; R]; C] {
+    debug_assert!(cols.iter().all(|c| c.len() == blocks));
+    // `vgf2p8affineqb` matrices moving field `l` of every byte to bits 0..1 (output bit `i` from byte `7 − i`).
+    let field = |l: u32| _mm512_set1_epi64(((1i64 << (2 * l)) << 56) | ((1i64 << (2 * l + 1)) << 48));
+    let (m1, m2, m3) = (field(1), field(2), field(3));
+    let three = _mm512_set1_epi8(3);
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    for b in 0..blocks {
+        let e: [&Tq2ColumnBlock; C] = std::array::from_fn(|j| &cols[j][b]);
+        for r in 0..R {
+            // SAFETY: block `b` of every row is inside what the caller guarantees; the column entries are
+            // 64-byte aligned (`Tq2ColumnBlock` is `align(64)`, `q` at offset 0 and `neg_pairs` at 256); this
+            // function enables the features.
+            unsafe {
+                let xb = rows[r].add(b * size_of::<BlockTQ2_0>());
+                prefetch_ahead(xb, size_of::<BlockTQ2_0>());
+                let codes = _mm512_loadu_si512(xb as *const __m512i);
+                let f0 = _mm512_and_si512(codes, three);
+                let f1 = _mm512_gf2p8affine_epi64_epi8::<0>(codes, m1);
+                let f2 = _mm512_gf2p8affine_epi64_epi8::<0>(codes, m2);
+                let f3 = _mm512_gf2p8affine_epi64_epi8::<0>(codes, m3);
+                let d0 = (xb.add(64) as *const u16).read_unaligned();
+                for j in 0..C {
+                    let q = |l: usize| _mm512_load_si512(e[j].q[l].as_ptr() as *const __m512i);
+                    let init = _mm512_zextsi256_si512(_mm256_load_si256(
+                        e[j].neg_pairs.as_ptr() as *const __m256i,
+                    ));
+                    let a = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, f0, q(0)), f1, q(1));
+                    let s = _mm512_dpbusd_epi32(
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), f2, q(2)),
+                        f3,
+                        q(3),
+                    );
+                    let s = _mm512_add_epi32(a, s);
+                    let lanes =
+                        _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s));
+                    let d = scale_product(&e[j].d, d0);
+                    acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), d, acc[r][j]);
+                }
+            }
+        }
+    }
+    tile_lanes(acc)
+}
+
+/// The plain column preparation (`tiles::tq2_prepare_column`) as a `LanePrepareColumn`.
+///
+/// # Safety
+/// None beyond the signature (the preparation is safe Rust).
+unsafe fn tq2_prepare_column_entry(y: &[BlockQ8K], out: &mut Vec<Tq2ColumnBlock>) {
+    tq2_prepare_column(y, out)
+}
+
+/// `W · Y` for TQ2_0 weights against q8_K columns, every element with the bits of `vec_dot_tq2_0_q8_k::<HASWELL>`:
+/// the haswell order through the tile driver (`tiles::mul_mat_tq2_0_tiles`) and `tq2_tile_rows`; the x64 order
+/// (a scalar chain per block) one `vec_dot` per pair.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, GFNI, AVX2, FMA and F16C; `y.nb() >= x.nb()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+pub unsafe fn mul_mat_tq2_0_q8_k<const HASWELL: bool>(
+    x: Rows<'_, BlockTQ2_0>,
+    y: Rows<'_, BlockQ8K>,
+    emit: Emit<'_>,
+) {
+    // SAFETY (both arms): the caller's contract covers the kernels' features and sizes.
+    let vec_dot = |x: &[BlockTQ2_0], y: &[BlockQ8K]| unsafe { vec_dot_tq2_0_q8_k::<HASWELL>(x, y) };
+    if HASWELL {
+        // SAFETY: as above.
+        unsafe {
+            mul_mat_tq2_0_tiles(
+                x,
+                y,
+                emit,
+                &LaneTileKernels {
+                    prepare: tq2_prepare_column_entry,
+                    rows4: tq2_tile_rows::<4, 1>,
+                    rows1: tq2_tile_rows::<1, 1>,
+                    rows4x2: tq2_tile_rows::<4, 2>,
+                },
+                vec_dot,
+            )
+        }
+    } else {
+        mul_mat_by_pairs(|x, y| vec_dot(x, &y[..x.len()]), x, y, emit)
     }
 }
 
