@@ -23,9 +23,13 @@ use crate::formats::ptq1_0::BlockPTQ1_0;
 use crate::formats::q1_0::BlockQ1_0;
 use crate::formats::q2_0::BlockQ2_0;
 use crate::formats::q8_0::BlockQ8_0;
+use crate::formats::q8_k::BlockQ8K;
+use crate::formats::tq2_0::BlockTQ2_0;
+use crate::formats::{blocks, RawBlock};
 use crate::interpose::{config, next_symbol, Mode};
 use crate::model::{
     GGML_TYPE_F32, GGML_TYPE_PQ2_0, GGML_TYPE_PTQ1_0, GGML_TYPE_Q1_0, GGML_TYPE_Q2_0,
+    GGML_TYPE_TQ2_0,
 };
 use crate::tiles::Rows;
 
@@ -45,12 +49,13 @@ enum Weights {
     Q1_0,
     Pq2_0,
     Ptq1_0,
+    Tq2_0,
 }
 
 impl Weights {
-    /// The format of a ggml type, if the hook serves it with these kernels: Q1_0 only where our kernel beats
-    /// stock's (`Kernels::serves_q1_0_over_stock`) or under `GGML_LOWBIT_SERVE_ALL=1`; the fork formats always
-    /// (the fork runs them through its generic C).
+    /// The format of a ggml type, if the hook serves it with these kernels: Q1_0 and TQ2_0 only where our
+    /// kernels beat stock's (`Kernels::serves_q1_0_over_stock`, `serves_tq2_0_over_stock`) or under
+    /// `GGML_LOWBIT_SERVE_ALL=1`; the fork formats always (the fork runs them through its generic C).
     fn of(type_: c_int, kernels: &Kernels) -> Option<Weights> {
         let type_ = u32::try_from(type_).ok()?;
         match type_ {
@@ -60,6 +65,9 @@ impl Weights {
             }
             GGML_TYPE_PQ2_0 => Some(Weights::Pq2_0),
             GGML_TYPE_PTQ1_0 => Some(Weights::Ptq1_0),
+            GGML_TYPE_TQ2_0 if kernels.serves_tq2_0_over_stock() || config().serve_all => {
+                Some(Weights::Tq2_0)
+            }
             _ => None,
         }
     }
@@ -69,7 +77,22 @@ impl Weights {
         match self {
             Weights::Q2_0 => 64,
             Weights::Q1_0 | Weights::Pq2_0 | Weights::Ptq1_0 => 128,
+            Weights::Tq2_0 => 256,
         }
+    }
+
+    /// The activation blocks (ggml's `vec_dot_type`) src1 is quantized into: weights and bytes per block.
+    fn act_block(self) -> (usize, usize) {
+        match self {
+            Weights::Tq2_0 => (256, std::mem::size_of::<BlockQ8K>()),
+            _ => (32, std::mem::size_of::<BlockQ8_0>()),
+        }
+    }
+
+    /// Bytes of one quantized src1 row of `ne10` values (`ggml_row_size(vec_dot_type, ne10)`).
+    fn act_row_size(self, ne10: usize) -> usize {
+        let (qk, bytes) = self.act_block();
+        ne10 / qk * bytes
     }
 
     /// Bytes per block (`ggml_type_size`).
@@ -79,10 +102,12 @@ impl Weights {
             Weights::Q1_0 => std::mem::size_of::<BlockQ1_0>(),
             Weights::Pq2_0 => std::mem::size_of::<BlockPQ2_0>(),
             Weights::Ptq1_0 => std::mem::size_of::<BlockPTQ1_0>(),
+            Weights::Tq2_0 => std::mem::size_of::<BlockTQ2_0>(),
         }
     }
 
-    /// `rows` rows of `nb` blocks, `stride` blocks apart from `w`, against `y`, through the tile kernels.
+    /// `rows` rows of `nb` blocks, `stride` blocks apart from `w`, against the quantized columns `y` (rows of
+    /// `act_nb` activation blocks back to back), through the tile kernels.
     ///
     /// # Safety
     /// `w` addresses `(rows − 1)·stride + nb` blocks of this format; `rows ≥ 1`.
@@ -91,9 +116,12 @@ impl Weights {
         kernels: &Kernels,
         w: *const u8,
         (nb, stride, rows): (usize, usize, usize),
-        y: Rows<'_, BlockQ8_0>,
+        (y, act_nb): (&[u8], usize),
         emit: crate::tiles::Emit<'_>,
     ) {
+        fn columns<A: RawBlock>(y: &[u8], act_nb: usize) -> Rows<'_, A> {
+            Rows::packed(blocks(y), act_nb)
+        }
         /// The rows as blocks of type `B`.
         ///
         /// # Safety
@@ -108,20 +136,26 @@ impl Weights {
             Rows::new(w, nb, stride, rows).expect("sized above")
         }
         let shape = (nb, stride, rows);
+        let y8 = || columns::<BlockQ8_0>(y, act_nb);
         // SAFETY (each arm): the caller's contract, for this format's block type.
         match self {
             Weights::Q2_0 => {
-                kernels.mul_mat_q2_0_q8_0(unsafe { rows_of::<BlockQ2_0>(w, shape) }, y, emit)
+                kernels.mul_mat_q2_0_q8_0(unsafe { rows_of::<BlockQ2_0>(w, shape) }, y8(), emit)
             }
             Weights::Q1_0 => {
-                kernels.mul_mat_q1_0_q8_0(unsafe { rows_of::<BlockQ1_0>(w, shape) }, y, emit)
+                kernels.mul_mat_q1_0_q8_0(unsafe { rows_of::<BlockQ1_0>(w, shape) }, y8(), emit)
             }
             Weights::Pq2_0 => {
-                kernels.mul_mat_pq2_0_q8_0(unsafe { rows_of::<BlockPQ2_0>(w, shape) }, y, emit)
+                kernels.mul_mat_pq2_0_q8_0(unsafe { rows_of::<BlockPQ2_0>(w, shape) }, y8(), emit)
             }
             Weights::Ptq1_0 => {
-                kernels.mul_mat_ptq1_0_q8_0(unsafe { rows_of::<BlockPTQ1_0>(w, shape) }, y, emit)
+                kernels.mul_mat_ptq1_0_q8_0(unsafe { rows_of::<BlockPTQ1_0>(w, shape) }, y8(), emit)
             }
+            Weights::Tq2_0 => kernels.mul_mat_tq2_0_q8_k(
+                unsafe { rows_of::<BlockTQ2_0>(w, shape) },
+                columns::<BlockQ8K>(y, act_nb),
+                emit,
+            ),
         }
     }
 }
@@ -222,10 +256,15 @@ fn hook() -> &'static Hook {
         if c.log {
             match &off {
                 None => crate::ffi::log_line(&format!(
-                    "mul_mat hook on (ggml {}): Q2_0{}, PQ2_0 and PTQ1_0 products through the tile kernels, {}",
+                    "mul_mat hook on (ggml {}): Q2_0{}{}, PQ2_0 and PTQ1_0 products through the tile kernels, {}",
                     version.as_deref().unwrap_or("?"),
                     if c.kernels.serves_q1_0_over_stock() {
-                        " and Q1_0"
+                        ", Q1_0"
+                    } else {
+                        ""
+                    },
+                    if c.kernels.serves_tq2_0_over_stock() {
+                        ", TQ2_0"
                     } else {
                         ""
                     },
@@ -283,7 +322,7 @@ struct Product {
     weights: Weights,
     src0: *const GgmlTensor,
     src1: *const GgmlTensor,
-    /// q8_0 bytes of one src1 row.
+    /// Bytes of one quantized src1 row (q8_0 or q8_K).
     row_size: usize,
 }
 
@@ -301,7 +340,7 @@ unsafe fn product(p: &ComputeParams, dst: &GgmlTensor) -> Option<Product> {
     if !ok {
         return None;
     }
-    let row_size = src1.ne[0] as usize / 32 * 34;
+    let row_size = weights.act_row_size(src1.ne[0] as usize);
     let needed = row_size * (src1.ne[1] * src1.ne[2] * src1.ne[3]) as usize;
     (p.wsize >= needed).then_some(Product {
         weights,
@@ -382,7 +421,8 @@ unsafe fn quantize_share(p: &ComputeParams, prod: &Product) {
     let kernels = crate::dispatch::active();
     // SAFETY: `product` checked that src1 is a valid F32 tensor.
     let src1 = unsafe { &*prod.src1 };
-    let blocks = src1.ne[0] as usize / 32;
+    let (qk, bytes) = prod.weights.act_block();
+    let blocks = src1.ne[0] as usize / qk;
     let (ith, nth) = (p.ith as usize, p.nth as usize);
     let (b0, b1) = (ith * blocks / nth, (ith + 1) * blocks / nth);
     if b0 == b1 {
@@ -398,10 +438,12 @@ unsafe fn quantize_share(p: &ComputeParams, prod: &Product) {
                     let row = (src1.data as *const u8)
                         .add(i11 * src1.nb[1] + i12 * src1.nb[2] + i13 * src1.nb[3])
                         as *const f32;
-                    let x = std::slice::from_raw_parts(row.add(32 * b0), 32 * (b1 - b0));
-                    let y =
-                        std::slice::from_raw_parts_mut(out.add(34 * b0) as *mut BlockQ8_0, b1 - b0);
-                    kernels.quantize_row_q8_0(x, y);
+                    let x = std::slice::from_raw_parts(row.add(qk * b0), qk * (b1 - b0));
+                    let y = std::slice::from_raw_parts_mut(out.add(bytes * b0), bytes * (b1 - b0));
+                    match prod.weights {
+                        Weights::Tq2_0 => kernels.quantize_row_q8_k(x, crate::formats::blocks_mut(y)),
+                        _ => kernels.quantize_row_q8_0(x, crate::formats::blocks_mut(y)),
+                    }
                     out = out.add(prod.row_size);
                 }
             }
@@ -503,14 +545,14 @@ unsafe fn compute_rows(
             unsafe {
                 let w = (src0.data as *const u8)
                     .add(i02 * src0.nb[2] + i03 * src0.nb[3] + r0 * stride * bytes);
-                let q = (wdata as *const u8).add(plane * cols * prod.row_size) as *const BlockQ8_0;
-                let q = std::slice::from_raw_parts(q, cols * prod.row_size / 34);
-                let y = Rows::packed(q, prod.row_size / 34);
+                let q = (wdata as *const u8).add(plane * cols * prod.row_size);
+                let q = std::slice::from_raw_parts(q, cols * prod.row_size);
+                let act_nb = prod.row_size / prod.weights.act_block().1;
                 let out =
                     (dst.data as *mut u8).add(i12 as usize * dst.nb[2] + i13 as usize * dst.nb[3]);
                 let col_bytes = dst.nb[1];
                 prod.weights
-                    .mul_mat(kernels, w, (nb, stride, r1 - r0), y, &mut |r, c, v| {
+                    .mul_mat(kernels, w, (nb, stride, r1 - r0), (q, act_nb), &mut |r, c, v| {
                         *(out.add(c * col_bytes) as *mut f32).add(r0 + r) = v;
                     });
             }
@@ -572,7 +614,7 @@ unsafe fn serve_expert(
     expert_rows: *const i32,
 ) -> bool {
     thread_local! {
-        static COLUMNS: std::cell::RefCell<(Vec<BlockQ8_0>, Vec<usize>)> =
+        static COLUMNS: std::cell::RefCell<(Vec<u8>, Vec<usize>)> =
             const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     }
     let h = hook();
@@ -597,7 +639,7 @@ unsafe fn serve_expert(
     if !ok {
         return false;
     }
-    let row_size = src1.ne[0] as usize / 32 * 34;
+    let row_size = weights.act_row_size(src1.ne[0] as usize);
     let (ne11, ne12) = (src1.ne[1], src1.ne[2]);
     if p.wsize < row_size * (ne11 * ne12) as usize {
         return false;
@@ -612,7 +654,7 @@ unsafe fn serve_expert(
         return false;
     }
     let nb = src0.ne[0] as usize / weights.qk();
-    let nb8 = row_size / 34;
+    let act_nb = row_size / weights.act_block().1;
     let (r0, r1) = thread_rows(p, src0.ne[1] as usize);
     if r0 < r1 {
         COLUMNS.with_borrow_mut(|(cols, targets)| {
@@ -625,7 +667,7 @@ unsafe fn serve_expert(
                 // above); the dst element lies inside dst.
                 unsafe {
                     let q = (p.wdata as *const u8).add((i11 + token * ne11 as usize) * row_size);
-                    cols.extend_from_slice(std::slice::from_raw_parts(q as *const BlockQ8_0, nb8));
+                    cols.extend_from_slice(std::slice::from_raw_parts(q, row_size));
                 }
                 targets.push(d.data as usize + slot * d.nb[1] + token * d.nb[2]);
             }
@@ -637,8 +679,7 @@ unsafe fn serve_expert(
             unsafe {
                 let w =
                     (src0.data as *const u8).add(cur_a as usize * src0.nb[2] + r0 * stride * bytes);
-                let y = Rows::packed(cols, nb8);
-                weights.mul_mat(kernels, w, (nb, stride, r1 - r0), y, &mut |r, c, v| {
+                weights.mul_mat(kernels, w, (nb, stride, r1 - r0), (cols, act_nb), &mut |r, c, v| {
                     *(targets[c] as *mut f32).add(r0 + r) = v;
                 });
             }

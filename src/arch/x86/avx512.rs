@@ -1522,66 +1522,135 @@ pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[Blo
     }
 }
 
-/// The haswell-order lanes of `R` TQ2_0 rows against `C` prepared q8_K columns (`tiles::Tq2ColumnBlock`),
-/// block by block: each row's 64 code bytes are one load, field 0 an AND and fields 1–3 one `vgf2p8affineqb`
-/// each (to bits 0..1), and field `l` meets the column's `q[l]` (the matching 64 quants, laid out by
-/// `tiles::tq2_prepare_column`) in one `vpdpbusd`, the first starting from the column's `neg_pairs`; the two
-/// halves add to stock's eight lanes, then stock's float step (`y.d·d0`, convert, FMA). Against the vec_dot
-/// kernel: the quants are aligned loads made once for all `R` rows (there, four loads across cache lines per
-/// row and block), and `R·C` independent chains. Decode (`R = 4, C = 1`), prefill (`R = 4, C = 2`) and the tail
-/// rows (`R = C = 1`). Columns whose bsums could wrap stock's lanes are redone by the driver.
+/// The four fields of one TQ2_0 block's 64 code bytes, each at bits 0..1 of its bytes: field 0 by an AND,
+/// fields 1–3 by one `vgf2p8affineqb` each (byte `m` holds element `32l + m` of field `l` for `m < 32`,
+/// `128 + 32l + m − 32` above).
+///
+/// # Safety
+/// 64 readable bytes at `codes`; the calling kernel enables AVX-512 F/BW and GFNI.
+#[inline(always)]
+unsafe fn tq2_fields(codes: *const u8) -> [__m512i; 4] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        // Matrices moving field `l` of every byte to bits 0..1 (output bit `i` from matrix byte `7 − i`).
+        let field = |l: u32| _mm512_set1_epi64(((1i64 << (2 * l)) << 56) | ((1i64 << (2 * l + 1)) << 48));
+        let c = _mm512_loadu_si512(codes as *const __m512i);
+        [
+            _mm512_and_si512(c, _mm512_set1_epi8(3)),
+            _mm512_gf2p8affine_epi64_epi8::<0>(c, field(1)),
+            _mm512_gf2p8affine_epi64_epi8::<0>(c, field(2)),
+            _mm512_gf2p8affine_epi64_epi8::<0>(c, field(3)),
+        ]
+    }
+}
+
+/// One block's sums of a row against a prepared column entry, before stock's lane fold: dword `i` of the low
+/// half and dword `i` of the high half add to stock's lane `i` (`Σ c·q` over `e mod 32 ∈ [4i, 4i + 4)` minus
+/// the lane's two bsums). One chain of four `vpdpbusd` from `neg_pairs`.
+///
+/// # Safety
+/// The calling kernel enables AVX-512 F/BW/VNNI.
+#[inline(always)]
+unsafe fn tq2_block_sums_against(f: &[__m512i; 4], e: &Tq2ColumnBlock) -> __m512i {
+    // SAFETY: the entry's arrays are 64-byte aligned (`Tq2ColumnBlock` is `align(64)`, `q` at offset 0,
+    // `neg_pairs` at 256), so the aligned loads are valid; features from the caller.
+    unsafe {
+        let q = |l: usize| _mm512_load_si512(e.q[l].as_ptr() as *const __m512i);
+        let mut s = _mm512_zextsi256_si512(_mm256_load_si256(e.neg_pairs.as_ptr() as *const __m256i));
+        for (l, &fl) in f.iter().enumerate() {
+            s = _mm512_dpbusd_epi32(s, fl, q(l));
+        }
+        s
+    }
+}
+
+/// The haswell-order lanes of four TQ2_0 rows against `C` prepared q8_K columns (`tiles::Tq2ColumnBlock`),
+/// block by block, the rows in two pairs: each row's fields (`tq2_fields`) meet the column's quants (laid out
+/// by `tiles::tq2_prepare_column` so each field is one aligned load, shared by all rows) in one chain of four
+/// `vpdpbusd` (`tq2_block_sums_against`); two `vshufi64x2` and an add fold a pair's sums into stock's eight
+/// lanes for each row side by side, and stock's float step (convert, `y.d·d0`, FMA) runs on both rows' lanes
+/// in one 512-bit vector, each lane its own chain as in stock. Against the vec_dot kernel the quants are
+/// aligned loads made once for four rows (there, four loads across cache lines per row and block) and the
+/// fold, convert and FMA are shared by two rows. Decode (`C = 1`) and prefill (`C = 2`).
 ///
 /// # Safety
 /// The CPU must have the features below; each row pointer addresses `blocks` TQ2_0 blocks and every column
 /// holds `blocks` entries.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
-unsafe fn tq2_tile_rows<const R: usize, const C: usize>(
+unsafe fn tq2_tile_rows4<const C: usize>(
     blocks: usize,
-    rows: [*const u8; R],
+    rows: [*const u8; 4],
     cols: [&[Tq2ColumnBlock]; C],
-) -> [[[f32; 8]; R]; C] {
+) -> [[[f32; 8]; 4]; C] {
     debug_assert!(cols.iter().all(|c| c.len() == blocks));
-    // `vgf2p8affineqb` matrices moving field `l` of every byte to bits 0..1 (output bit `i` from byte `7 − i`).
-    let field = |l: u32| _mm512_set1_epi64(((1i64 << (2 * l)) << 56) | ((1i64 << (2 * l + 1)) << 48));
-    let (m1, m2, m3) = (field(1), field(2), field(3));
-    let three = _mm512_set1_epi8(3);
-    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    // acc[p][j]: rows 2p (low eight lanes) and 2p + 1 (high eight) against column j.
+    let mut acc = [[_mm512_setzero_ps(); C]; 2];
     for b in 0..blocks {
         let e: [&Tq2ColumnBlock; C] = std::array::from_fn(|j| &cols[j][b]);
-        for r in 0..R {
-            // SAFETY: block `b` of every row is inside what the caller guarantees; the column entries are
-            // 64-byte aligned (`Tq2ColumnBlock` is `align(64)`, `q` at offset 0 and `neg_pairs` at 256); this
-            // function enables the features.
+        for (p, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: block `b` of every row is inside what the caller guarantees; this function enables the
+            // features.
             unsafe {
-                let xb = rows[r].add(b * size_of::<BlockTQ2_0>());
-                prefetch_ahead(xb, size_of::<BlockTQ2_0>());
-                let codes = _mm512_loadu_si512(xb as *const __m512i);
-                let f0 = _mm512_and_si512(codes, three);
-                let f1 = _mm512_gf2p8affine_epi64_epi8::<0>(codes, m1);
-                let f2 = _mm512_gf2p8affine_epi64_epi8::<0>(codes, m2);
-                let f3 = _mm512_gf2p8affine_epi64_epi8::<0>(codes, m3);
-                let d0 = (xb.add(64) as *const u16).read_unaligned();
+                let x = [rows[2 * p], rows[2 * p + 1]].map(|r| r.add(b * size_of::<BlockTQ2_0>()));
+                let d0 = x.map(|xb| {
+                    prefetch_ahead(xb, size_of::<BlockTQ2_0>());
+                    F16_TO_F32_TABLE[(xb.add(64) as *const u16).read_unaligned() as usize]
+                });
+                // (`vinsertf64x4` rather than AVX-512 DQ's `vinsertf32x8`: the same bits moved.)
+                let d0 = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                    _mm512_castps_pd(_mm512_set1_ps(d0[0])),
+                    _mm256_castps_pd(_mm256_set1_ps(d0[1])),
+                ));
+                let f = x.map(|xb| tq2_fields(xb));
                 for j in 0..C {
-                    let q = |l: usize| _mm512_load_si512(e[j].q[l].as_ptr() as *const __m512i);
-                    let init = _mm512_zextsi256_si512(_mm256_load_si256(
-                        e[j].neg_pairs.as_ptr() as *const __m256i,
-                    ));
-                    let a = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(init, f0, q(0)), f1, q(1));
-                    let s = _mm512_dpbusd_epi32(
-                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), f2, q(2)),
-                        f3,
-                        q(3),
+                    let [s0, s1] = [0, 1].map(|i| tq2_block_sums_against(&f[i], e[j]));
+                    let lanes = _mm512_add_epi32(
+                        _mm512_shuffle_i64x2::<0x44>(s0, s1),
+                        _mm512_shuffle_i64x2::<0xee>(s0, s1),
                     );
-                    let s = _mm512_add_epi32(a, s);
-                    let lanes =
-                        _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s));
-                    let d = scale_product(&e[j].d, d0);
-                    acc[r][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), d, acc[r][j]);
+                    let d = _mm512_mul_ps(_mm512_set1_ps(f32::from_le_bytes(e[j].d)), d0);
+                    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes), d, acc[j]);
                 }
             }
         }
     }
-    tile_lanes(acc)
+    let mut out = [[[0f32; 8]; 4]; C];
+    for (p, pair) in acc.iter().enumerate() {
+        for (j, &v) in pair.iter().enumerate() {
+            // SAFETY: `__m512` is sixteen `f32` (same size, every bit pattern valid); no instruction needed.
+            let v = unsafe { std::mem::transmute::<__m512, [f32; 16]>(v) };
+            out[j][2 * p].copy_from_slice(&v[..8]);
+            out[j][2 * p + 1].copy_from_slice(&v[8..]);
+        }
+    }
+    out
+}
+
+/// One TQ2_0 row against one prepared column (the driver's tail rows): `tq2_tile_rows4`'s steps for a single
+/// row, the fold by one extract.
+///
+/// # Safety
+/// As `tq2_tile_rows4`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
+unsafe fn tq2_tile_rows1(
+    blocks: usize,
+    rows: [*const u8; 1],
+    cols: [&[Tq2ColumnBlock]; 1],
+) -> [[[f32; 8]; 1]; 1] {
+    debug_assert!(cols[0].len() == blocks);
+    let mut acc = _mm256_setzero_ps();
+    for (b, e) in cols[0].iter().enumerate().take(blocks) {
+        // SAFETY: block `b` of the row is inside what the caller guarantees; this function enables the
+        // features.
+        unsafe {
+            let xb = rows[0].add(b * size_of::<BlockTQ2_0>());
+            let s = tq2_block_sums_against(&tq2_fields(xb), e);
+            let lanes = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s));
+            let d = scale_product(&e.d, (xb.add(64) as *const u16).read_unaligned());
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), d, acc);
+        }
+    }
+    tile_lanes([[acc]])
 }
 
 /// The plain column preparation (`tiles::tq2_prepare_column`) as a `LanePrepareColumn`.
@@ -1593,7 +1662,7 @@ unsafe fn tq2_prepare_column_entry(y: &[BlockQ8K], out: &mut Vec<Tq2ColumnBlock>
 }
 
 /// `W · Y` for TQ2_0 weights against q8_K columns, every element with the bits of `vec_dot_tq2_0_q8_k::<HASWELL>`:
-/// the haswell order through the tile driver (`tiles::mul_mat_tq2_0_tiles`) and `tq2_tile_rows`; the x64 order
+/// the haswell order through the tile driver (`tiles::mul_mat_tq2_0_tiles`) and `tq2_tile_rows4`/`1`; the x64 order
 /// (a scalar chain per block) one `vec_dot` per pair.
 ///
 /// # Safety
@@ -1615,9 +1684,9 @@ pub unsafe fn mul_mat_tq2_0_q8_k<const HASWELL: bool>(
                 emit,
                 &LaneTileKernels {
                     prepare: tq2_prepare_column_entry,
-                    rows4: tq2_tile_rows::<4, 1>,
-                    rows1: tq2_tile_rows::<1, 1>,
-                    rows4x2: tq2_tile_rows::<4, 2>,
+                    rows4: tq2_tile_rows4::<1>,
+                    rows1: tq2_tile_rows1,
+                    rows4x2: tq2_tile_rows4::<2>,
                 },
                 vec_dot,
             )

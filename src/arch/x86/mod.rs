@@ -361,20 +361,21 @@ mod tests {
     }
 
     /// The shared loop of the tile tests: for every float order and table (scalar, AVX2, AVX-512), every shape
-    /// `(nb, rows, cols)` with row and column strides that leave gaps, weights from `block`, q8_0 columns of
-    /// `per_block · nb` blocks (all −128 in every eleventh): each element emitted exactly once, with the bits of
-    /// `model` on its pair. Returns how many elements were compared.
+    /// `(nb, rows, cols)` with row and column strides that leave gaps, weights from `block`, columns of
+    /// `per_block · nb` activation blocks from `column` (`column(rng, shape index, blocks)`): each element
+    /// emitted exactly once, with the bits of `model` on its pair. Returns how many elements were compared.
     #[allow(clippy::type_complexity)]
-    fn tiles_match_the_per_pair_models<B: Copy>(
+    fn tiles_match_the_per_pair_models<B: Copy, A: Copy>(
         seed: u64,
         per_block: usize,
         shapes: &[(usize, usize, usize)],
         block: impl Fn(&mut SmallRng) -> B,
-        model: fn(FloatOrder, &[B], &[BlockQ8_0]) -> f32,
+        column: impl Fn(&mut SmallRng, usize, usize) -> Vec<A>,
+        model: fn(FloatOrder, &[B], &[A]) -> f32,
         mul_mat: fn(
             &Kernels,
             crate::tiles::Rows<'_, B>,
-            crate::tiles::Rows<'_, BlockQ8_0>,
+            crate::tiles::Rows<'_, A>,
             crate::tiles::Emit<'_>,
         ),
     ) -> usize {
@@ -391,18 +392,8 @@ mod tests {
                 for (case, &(nb, rows, cols)) in shapes.iter().enumerate() {
                     let (xs, ys) = (nb + case % 2, per_block * nb + 3 * (case % 3));
                     let x: Vec<B> = (0..rows * xs).map(|_| block(&mut rng)).collect();
-                    let y: Vec<BlockQ8_0> = (0..cols * ys)
-                        .map(|b| {
-                            let mut qs = [0i8; 32];
-                            rng.fill(&mut qs[..]);
-                            if b % 11 == 0 {
-                                qs = [-128; 32];
-                            }
-                            BlockQ8_0 {
-                                d: test_scale(&mut rng),
-                                qs,
-                            }
-                        })
+                    let y: Vec<A> = (0..cols)
+                        .flat_map(|_| column(&mut rng, case, ys))
                         .collect();
                     let xr = Rows::new(&x, nb, xs, rows).unwrap();
                     let yr = Rows::new(&y, per_block * nb, ys, cols).unwrap();
@@ -432,6 +423,24 @@ mod tests {
         elements
     }
 
+    /// A q8_0 column of `n` blocks for the tile tests: random quants, all −128 in every eleventh block, special
+    /// f16 scales among the realistic ones.
+    fn q8_0_test_column(rng: &mut SmallRng, _case: usize, n: usize) -> Vec<BlockQ8_0> {
+        (0..n)
+            .map(|b| {
+                let mut qs = [0i8; 32];
+                rng.fill(&mut qs[..]);
+                if b % 11 == 0 {
+                    qs = [-128; 32];
+                }
+                BlockQ8_0 {
+                    d: test_scale(rng),
+                    qs,
+                }
+            })
+            .collect()
+    }
+
     /// Tile shapes: row tails (1..=9 rows: the 4-row steps and single rows), block tails, several columns.
     fn tile_shapes(nbs: &[usize]) -> Vec<(usize, usize, usize)> {
         let mut shapes = Vec::new();
@@ -459,6 +468,7 @@ mod tests {
                 d: test_scale(rng),
                 qs: rng.gen(),
             },
+            q8_0_test_column,
             vec_dot_q2_0_q8_0_model,
             Kernels::mul_mat_q2_0_q8_0,
         );
@@ -485,6 +495,7 @@ mod tests {
                     _ => rng.gen(),
                 },
             },
+            q8_0_test_column,
             vec_dot_q1_0_q8_0_model,
             Kernels::mul_mat_q1_0_q8_0,
         );
@@ -555,6 +566,7 @@ mod tests {
                     _ => rng.gen(),
                 },
             },
+            q8_0_test_column,
             vec_dot_pq2_0_q8_0_model,
             Kernels::mul_mat_pq2_0_q8_0,
         );
@@ -574,8 +586,38 @@ mod tests {
                     d: test_scale(rng),
                 }
             },
+            q8_0_test_column,
             vec_dot_ptq1_0_q8_0_model,
             Kernels::mul_mat_ptq1_0_q8_0,
+        );
+        assert!(n > 2_000);
+    }
+
+    /// TQ2_0 tiles (AVX-512 haswell order; per pair elsewhere): every element against the per-pair model, bit
+    /// for bit, over row tails (the two row pairs of a step and single rows), strided rows and columns, 40
+    /// columns of 16 blocks (the two-column kernel and a last single column), all-code-3 rows among random
+    /// ones, and q8_K columns of all −128 or all 127, with the quantizer's bsums or (one shape in five) arbitrary
+    /// i16 bsums up to ±32768, whose columns the driver hands to `vec_dot` because stock's lanes may wrap.
+    #[test]
+    fn tq2_0_mul_mat_tiles_match_the_per_pair_models() {
+        use crate::formats::tq2_0::{vec_dot_tq2_0_q8_k_model, BlockTQ2_0};
+        let mut shapes = tile_shapes(&[1, 2, 3, 5, 16]);
+        shapes.push((16, 5, 40));
+        shapes.push((7, 8, 3));
+        let n = tiles_match_the_per_pair_models(
+            16,
+            1,
+            &shapes,
+            |rng| BlockTQ2_0 {
+                qs: match rng.gen_range(0..6) {
+                    0 => [0xff; 64],
+                    _ => std::array::from_fn(|_| rng.gen()),
+                },
+                d: test_scale(rng),
+            },
+            |rng, case, n| q8_k_activations(rng, case, n),
+            vec_dot_tq2_0_q8_k_model,
+            Kernels::mul_mat_tq2_0_q8_k,
         );
         assert!(n > 2_000);
     }
