@@ -441,7 +441,9 @@ unsafe fn quantize_share(p: &ComputeParams, prod: &Product) {
                     let x = std::slice::from_raw_parts(row.add(qk * b0), qk * (b1 - b0));
                     let y = std::slice::from_raw_parts_mut(out.add(bytes * b0), bytes * (b1 - b0));
                     match prod.weights {
-                        Weights::Tq2_0 => kernels.quantize_row_q8_k(x, crate::formats::blocks_mut(y)),
+                        Weights::Tq2_0 => {
+                            kernels.quantize_row_q8_k(x, crate::formats::blocks_mut(y))
+                        }
                         _ => kernels.quantize_row_q8_0(x, crate::formats::blocks_mut(y)),
                     }
                     out = out.add(prod.row_size);
@@ -551,10 +553,15 @@ unsafe fn compute_rows(
                 let out =
                     (dst.data as *mut u8).add(i12 as usize * dst.nb[2] + i13 as usize * dst.nb[3]);
                 let col_bytes = dst.nb[1];
-                prod.weights
-                    .mul_mat(kernels, w, (nb, stride, r1 - r0), (q, act_nb), &mut |r, c, v| {
+                prod.weights.mul_mat(
+                    kernels,
+                    w,
+                    (nb, stride, r1 - r0),
+                    (q, act_nb),
+                    &mut |r, c, v| {
                         *(out.add(c * col_bytes) as *mut f32).add(r0 + r) = v;
-                    });
+                    },
+                );
             }
         }
     }
@@ -679,9 +686,15 @@ unsafe fn serve_expert(
             unsafe {
                 let w =
                     (src0.data as *const u8).add(cur_a as usize * src0.nb[2] + r0 * stride * bytes);
-                weights.mul_mat(kernels, w, (nb, stride, r1 - r0), (cols, act_nb), &mut |r, c, v| {
-                    *(targets[c] as *mut f32).add(r0 + r) = v;
-                });
+                weights.mul_mat(
+                    kernels,
+                    w,
+                    (nb, stride, r1 - r0),
+                    (cols, act_nb),
+                    &mut |r, c, v| {
+                        *(targets[c] as *mut f32).add(r0 + r) = v;
+                    },
+                );
             }
         });
     }

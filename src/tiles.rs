@@ -498,20 +498,13 @@ pub(crate) unsafe fn mul_mat_tq2_0_tiles(
     PREPARED.with_borrow_mut(|prepared| {
         // SAFETY: the caller's contract; a column of `nb` q8_K blocks prepares into `nb` entries.
         unsafe {
-            mul_mat_lane_tiles(
-                x,
-                y,
-                (nb, nb),
-                kernels,
-                prepared,
-                |r, c, column, lanes| {
-                    let v = match column.first() {
-                        Some(first) if first.wraps => vec_dot(x.row(r), &y.row(c)[..nb]),
-                        _ => q1_0::hsum_float_8(lanes),
-                    };
-                    emit(r, c, v)
-                },
-            )
+            mul_mat_lane_tiles(x, y, (nb, nb), kernels, prepared, |r, c, column, lanes| {
+                let v = match column.first() {
+                    Some(first) if first.wraps => vec_dot(x.row(r), &y.row(c)[..nb]),
+                    _ => q1_0::hsum_float_8(lanes),
+                };
+                emit(r, c, v)
+            })
         }
     });
 }

@@ -197,11 +197,11 @@ fn tiny_model_is_identical_on_every_build(
                         .ok()
                 })
                 .collect();
-            assert_eq!(calls.len(), 3, "{line}");
-            assert!(
-                calls[1] * 20 < calls[0] && calls[2] * 20 < calls[0],
-                "{line}"
-            );
+            // The vec_dot preload, the hook, and the patched build where there is one (not beside the
+            // `GGML_BACKEND_DL` build).
+            let patched = !line.starts_with("| haswell-dl ");
+            assert_eq!(calls.len(), if patched { 3 } else { 2 }, "{line}");
+            assert!(calls[1..].iter().all(|&c| c * 20 < calls[0]), "{line}");
         }
     }
     if one_thread {

@@ -214,37 +214,47 @@ fn row_chunks_and_fixed_shares_give_stock_text() {
     );
 }
 
-/// MUL_MAT_ID: the preload's per-expert hook and the patched build's expert entry compute the Q2_0 experts
-/// (their exit line counts the expert products) and the text is stock's.
+/// MUL_MAT_ID: the preload's per-expert hook and the patched build's expert entry compute the experts (Q2_0,
+/// and TQ2_0 against q8_K columns; `GGML_LOWBIT_SERVE_ALL=1` so that TQ2_0 is taken on every CPU): their exit
+/// line counts the expert products, and the text is stock's.
 #[test]
 fn moe_experts_go_through_the_tile_kernels_with_stock_text() {
     let dir = scratch("moe");
-    let model = model(&dir, "tiny-moe");
-    let args = e2e::completion_args(&model, 2, 8);
-    let stock_tools = e2e::tools_dir("haswell").expect("stock haswell build");
-    let patched_tools = e2e::patched_tools_dir("haswell")
-        .expect("patched build")
-        .expect("haswell has a patched build");
-    let stock =
-        e2e::run_tool(&stock_tools, "llama-completion", &args, None, false).expect("stock run");
-    let lib = lib();
-    let preloaded = Preload {
-        lib: Some(&lib),
-        env: e2e::WITH_HOOK,
-    };
-    let linked = Preload {
-        lib: None,
-        env: &[],
-    };
-    for (tools, how) in [(&stock_tools, preloaded), (&patched_tools, linked)] {
-        let run = e2e::run_tool(tools, "llama-completion", &args, Some(how), false).expect("run");
-        assert_eq!(stock.stdout, run.stdout, "{}", run.stderr);
-        assert!(
-            run.stderr
-                .contains("MUL_MAT_ID expert products through the tile kernels"),
-            "{}",
-            run.stderr
-        );
+    let serve_all: &[(&str, &str)] = &[("GGML_LOWBIT_SERVE_ALL", "1")];
+    for (wtype, env) in [("q2_0", e2e::WITH_HOOK), ("tq2_0", serve_all)] {
+        let model = dir.join(format!("tiny-moe-{wtype}.gguf"));
+        let out = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
+            .args([
+                "model", "--preset", "tiny-moe", "--type", wtype, "--seed", "5", "--out",
+            ])
+            .arg(&model)
+            .output()
+            .expect("run harness");
+        assert!(out.status.success());
+        let args = e2e::completion_args(&model, 2, 8);
+        let stock_tools = e2e::tools_dir("haswell").expect("stock haswell build");
+        let patched_tools = e2e::patched_tools_dir("haswell")
+            .expect("patched build")
+            .expect("haswell has a patched build");
+        let stock =
+            e2e::run_tool(&stock_tools, "llama-completion", &args, None, false).expect("stock run");
+        let lib = lib();
+        let preloaded = Preload {
+            lib: Some(&lib),
+            env,
+        };
+        let linked = Preload { lib: None, env };
+        for (tools, how) in [(&stock_tools, preloaded), (&patched_tools, linked)] {
+            let run =
+                e2e::run_tool(tools, "llama-completion", &args, Some(how), false).expect("run");
+            assert_eq!(stock.stdout, run.stdout, "{wtype}: {}", run.stderr);
+            assert!(
+                run.stderr
+                    .contains("MUL_MAT_ID expert products through the tile kernels"),
+                "{wtype}: {}",
+                run.stderr
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -20,9 +20,9 @@ use crate::formats::iq2_xxs::BlockIQ2XXS;
 use crate::formats::iq3_s::BlockIQ3S;
 use crate::formats::iq3_xxs::BlockIQ3XXS;
 use crate::formats::{blocks, blocks_mut, RawBlock};
-use crate::tiles::Rows;
 use crate::interpose::IQ_SYMBOLS;
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, StockLib, VecDotFn};
+use crate::tiles::Rows;
 use crate::FloatOrder;
 
 pub const SYMBOLS: [&str; 23] = [
@@ -468,7 +468,10 @@ impl Subject {
         match self {
             Subject::Kernels(k) => {
                 let mut emit = |r: usize, c: usize, v: f32| out[c * sh.bs + r] = v;
-                fn view<B: RawBlock>(bytes: &[u8], (nb, stride, n): (usize, usize, usize)) -> Rows<'_, B> {
+                fn view<B: RawBlock>(
+                    bytes: &[u8],
+                    (nb, stride, n): (usize, usize, usize),
+                ) -> Rows<'_, B> {
                     Rows::new(blocks(bytes), nb, stride, n).expect("case sizes")
                 }
                 let (xv, yv) = ((sh.nb, sh.xs, sh.rows), (per * sh.nb, sh.ys, sh.cols));

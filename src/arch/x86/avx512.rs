@@ -1533,7 +1533,8 @@ unsafe fn tq2_fields(codes: *const u8) -> [__m512i; 4] {
     // SAFETY: the caller's contract.
     unsafe {
         // Matrices moving field `l` of every byte to bits 0..1 (output bit `i` from matrix byte `7 − i`).
-        let field = |l: u32| _mm512_set1_epi64(((1i64 << (2 * l)) << 56) | ((1i64 << (2 * l + 1)) << 48));
+        let field =
+            |l: u32| _mm512_set1_epi64(((1i64 << (2 * l)) << 56) | ((1i64 << (2 * l + 1)) << 48));
         let c = _mm512_loadu_si512(codes as *const __m512i);
         [
             _mm512_and_si512(c, _mm512_set1_epi8(3)),
@@ -1556,7 +1557,8 @@ unsafe fn tq2_block_sums_against(f: &[__m512i; 4], e: &Tq2ColumnBlock) -> __m512
     // `neg_pairs` at 256), so the aligned loads are valid; features from the caller.
     unsafe {
         let q = |l: usize| _mm512_load_si512(e.q[l].as_ptr() as *const __m512i);
-        let mut s = _mm512_zextsi256_si512(_mm256_load_si256(e.neg_pairs.as_ptr() as *const __m256i));
+        let mut s =
+            _mm512_zextsi256_si512(_mm256_load_si256(e.neg_pairs.as_ptr() as *const __m256i));
         for (l, &fl) in f.iter().enumerate() {
             s = _mm512_dpbusd_epi32(s, fl, q(l));
         }
@@ -1645,7 +1647,8 @@ unsafe fn tq2_tile_rows1(
         unsafe {
             let xb = rows[0].add(b * size_of::<BlockTQ2_0>());
             let s = tq2_block_sums_against(&tq2_fields(xb), e);
-            let lanes = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s));
+            let lanes =
+                _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s));
             let d = scale_product(&e.d, (xb.add(64) as *const u16).read_unaligned());
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), d, acc);
         }

@@ -392,9 +392,7 @@ mod tests {
                 for (case, &(nb, rows, cols)) in shapes.iter().enumerate() {
                     let (xs, ys) = (nb + case % 2, per_block * nb + 3 * (case % 3));
                     let x: Vec<B> = (0..rows * xs).map(|_| block(&mut rng)).collect();
-                    let y: Vec<A> = (0..cols)
-                        .flat_map(|_| column(&mut rng, case, ys))
-                        .collect();
+                    let y: Vec<A> = (0..cols).flat_map(|_| column(&mut rng, case, ys)).collect();
                     let xr = Rows::new(&x, nb, xs, rows).unwrap();
                     let yr = Rows::new(&y, per_block * nb, ys, cols).unwrap();
                     let mut got = vec![f32::NAN; rows * cols];
