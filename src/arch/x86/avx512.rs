@@ -1587,6 +1587,8 @@ unsafe fn tq2_tile_rows4<const C: usize>(
     debug_assert!(cols.iter().all(|c| c.len() == blocks));
     // acc[p][j]: rows 2p (low eight lanes) and 2p + 1 (high eight) against column j.
     let mut acc = [[_mm512_setzero_ps(); C]; 2];
+    // `b` indexes every column and offsets every row pointer.
+    #[allow(clippy::needless_range_loop)]
     for b in 0..blocks {
         let e: [&Tq2ColumnBlock; C] = std::array::from_fn(|j| &cols[j][b]);
         for (p, acc) in acc.iter_mut().enumerate() {

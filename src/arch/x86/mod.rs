@@ -613,7 +613,7 @@ mod tests {
                 },
                 d: test_scale(rng),
             },
-            |rng, case, n| q8_k_activations(rng, case, n),
+            q8_k_activations,
             vec_dot_tq2_0_q8_k_model,
             Kernels::mul_mat_tq2_0_q8_k,
         );
