@@ -374,6 +374,42 @@ void ggml_lowbit_mul_mat_q1_0_q8_0(int n,
                                    int ncols);
 
 /*
+ Whole TQ2_0 products: as `ggml_lowbit_mul_mat_q2_0_q8_0` with TQ2_0 rows (`n/256` blocks of 66 bytes) against
+ q8_K columns (`n/256` blocks of 292 bytes: `by` a multiple of 292) and the bits of `ggml_vec_dot_tq2_0_q8_K`
+ on every pair, in the float order the library matches. `n` not a multiple of 256 ignores the tail; the other
+ edge cases are as there.
+
+ # Safety
+ Rows, columns and the output hold what the arguments describe.
+ */
+void ggml_lowbit_mul_mat_tq2_0_q8_K(int n,
+                                    float *s,
+                                    size_t bs,
+                                    const void *vx,
+                                    size_t bx,
+                                    const void *vy,
+                                    size_t by,
+                                    int nrows,
+                                    int ncols);
+
+/*
+ Whole TQ1_0 products: as `ggml_lowbit_mul_mat_tq2_0_q8_K` with TQ1_0 rows (`n/256` blocks of 54 bytes) and
+ the bits of `ggml_vec_dot_tq1_0_q8_K` on every pair.
+
+ # Safety
+ Rows, columns and the output hold what the arguments describe.
+ */
+void ggml_lowbit_mul_mat_tq1_0_q8_K(int n,
+                                    float *s,
+                                    size_t bs,
+                                    const void *vx,
+                                    size_t bx,
+                                    const void *vy,
+                                    size_t by,
+                                    int nrows,
+                                    int ncols);
+
+/*
  Whole PQ2_0 products (PrismML fork): as `ggml_lowbit_mul_mat_q2_0_q8_0` with PQ2_0 rows (`n/128` blocks of
  34 bytes) and the bits of the library's `ggml_vec_dot_pq2_0_q8_0` on every pair, in the float order it serves.
  `n` not a multiple of 128 ignores the tail; the other edge cases are as there.

@@ -120,6 +120,8 @@ pub struct Kernels {
     /// The TQ2_0 tile kernel where the instruction set has one; `None`: one vec_dot per pair.
     mul_mat_tq2_0_q8_k: Option<TileMulMat<BlockTQ2_0, BlockQ8K>>,
     vec_dot_tq1_0_q8_k: unsafe fn(&[BlockTQ1_0], &[BlockQ8K]) -> f32,
+    /// The TQ1_0 tile kernel where the instruction set has one; `None`: one vec_dot per pair.
+    mul_mat_tq1_0_q8_k: Option<TileMulMat<BlockTQ1_0, BlockQ8K>>,
     vec_dot_iq2_xxs_q8_k: IqDot<BlockIQ2XXS>,
     vec_dot_iq2_xs_q8_k: IqDot<BlockIQ2XS>,
     vec_dot_iq2_s_q8_k: IqDot<BlockIQ2S>,
@@ -537,6 +539,11 @@ impl Kernels {
                         } else {
                             avx512::mul_mat_tq2_0_q8_k::<false>
                         }),
+                        mul_mat_tq1_0_q8_k: Some(if haswell {
+                            avx512::mul_mat_tq1_0_q8_k::<true>
+                        } else {
+                            avx512::mul_mat_tq1_0_q8_k::<false>
+                        }),
                         vec_dot_tq1_0_q8_k: if haswell {
                             avx512::vec_dot_tq1_0_q8_k::<true>
                         } else {
@@ -601,6 +608,7 @@ impl Kernels {
                             avx2::vec_dot_tq2_0_q8_k::<false>
                         },
                         mul_mat_tq2_0_q8_k: None,
+                        mul_mat_tq1_0_q8_k: None,
                         vec_dot_tq1_0_q8_k: if haswell {
                             avx2::vec_dot_tq1_0_q8_k::<true>
                         } else {
@@ -673,6 +681,7 @@ impl Kernels {
                 tq2_0::vec_dot_tq2_0_q8_k_x64_model
             },
             mul_mat_tq2_0_q8_k: None,
+            mul_mat_tq1_0_q8_k: None,
             vec_dot_tq1_0_q8_k: if haswell {
                 tq1_0::vec_dot_tq1_0_q8_k_haswell_model
             } else {
@@ -826,6 +835,22 @@ impl Kernels {
         assert!(y.len() >= x.len(), "q8_K row shorter than the TQ1_0 row");
         // SAFETY: as `vec_dot_q2_0_q8_0`.
         unsafe { (self.vec_dot_tq1_0_q8_k)(x, y) }
+    }
+
+    /// `W · Y` for TQ1_0: `emit(r, c, v)` with the bits of `vec_dot_tq1_0_q8_k(x.row(r), y.row(c))`: the tile
+    /// kernel with AVX-512 in the haswell order, one `vec_dot` per pair otherwise (`tiles.rs`).
+    pub fn mul_mat_tq1_0_q8_k(
+        &self,
+        x: Rows<'_, BlockTQ1_0>,
+        y: Rows<'_, BlockQ8K>,
+        emit: Emit<'_>,
+    ) {
+        assert!(y.nb() >= x.nb(), "q8_K columns shorter than the TQ1_0 rows");
+        match self.mul_mat_tq1_0_q8_k {
+            // SAFETY: as `vec_dot_q2_0_q8_0`; the lengths are checked above.
+            Some(tiles) => unsafe { tiles(x, y, emit) },
+            None => mul_mat_by_pairs(|x, y| self.vec_dot_tq1_0_q8_k(x, y), x, y, emit),
+        }
     }
 
     /// `dequantize_row_tq1_0` (the scalar model; the same bits in both builds).

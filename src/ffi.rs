@@ -501,6 +501,30 @@ pub unsafe extern "C" fn ggml_lowbit_mul_mat_tq2_0_q8_K(
     })
 }
 
+/// Whole TQ1_0 products: as `ggml_lowbit_mul_mat_tq2_0_q8_K` with TQ1_0 rows (`n/256` blocks of 54 bytes) and
+/// the bits of `ggml_vec_dot_tq1_0_q8_K` on every pair.
+///
+/// # Safety
+/// Rows, columns and the output hold what the arguments describe.
+#[no_mangle]
+pub unsafe extern "C" fn ggml_lowbit_mul_mat_tq1_0_q8_K(
+    n: c_int,
+    s: *mut f32,
+    bs: usize,
+    vx: *const c_void,
+    bx: usize,
+    vy: *const c_void,
+    by: usize,
+    nrows: c_int,
+    ncols: c_int,
+) {
+    let args = interpose::MulMatArgs::new(n, s, bs, vx, bx, vy, by, nrows, ncols);
+    // SAFETY: the contract above, passed on.
+    guard("ggml_lowbit_mul_mat_tq1_0_q8_K", || unsafe {
+        interpose::mul_mat_tq1_0_q8_k(args)
+    })
+}
+
 /// Whole PQ2_0 products (PrismML fork): as `ggml_lowbit_mul_mat_q2_0_q8_0` with PQ2_0 rows (`n/128` blocks of
 /// 34 bytes) and the bits of the library's `ggml_vec_dot_pq2_0_q8_0` on every pair, in the float order it serves.
 /// `n` not a multiple of 128 ignores the tail; the other edge cases are as there.

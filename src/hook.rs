@@ -24,12 +24,13 @@ use crate::formats::q1_0::BlockQ1_0;
 use crate::formats::q2_0::BlockQ2_0;
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_k::BlockQ8K;
+use crate::formats::tq1_0::BlockTQ1_0;
 use crate::formats::tq2_0::BlockTQ2_0;
 use crate::formats::{blocks, RawBlock};
 use crate::interpose::{config, next_symbol, Mode};
 use crate::model::{
     GGML_TYPE_F32, GGML_TYPE_PQ2_0, GGML_TYPE_PTQ1_0, GGML_TYPE_Q1_0, GGML_TYPE_Q2_0,
-    GGML_TYPE_TQ2_0,
+    GGML_TYPE_TQ1_0, GGML_TYPE_TQ2_0,
 };
 use crate::tiles::Rows;
 
@@ -50,11 +51,12 @@ enum Weights {
     Pq2_0,
     Ptq1_0,
     Tq2_0,
+    Tq1_0,
 }
 
 impl Weights {
-    /// The format of a ggml type, if the hook serves it with these kernels: Q1_0 and TQ2_0 only where our
-    /// kernels beat stock's (`Kernels::serves_q1_0_over_stock`, `serves_tq2_0_over_stock`) or under
+    /// The format of a ggml type, if the hook serves it with these kernels: Q1_0, TQ2_0 and TQ1_0 only where
+    /// our kernels beat stock's (`Kernels::serves_q1_0_over_stock`, `serves_tq{2,1}_0_over_stock`) or under
     /// `GGML_LOWBIT_SERVE_ALL=1`; the fork formats always (the fork runs them through its generic C).
     fn of(type_: c_int, kernels: &Kernels) -> Option<Weights> {
         let type_ = u32::try_from(type_).ok()?;
@@ -68,6 +70,9 @@ impl Weights {
             GGML_TYPE_TQ2_0 if kernels.serves_tq2_0_over_stock() || config().serve_all => {
                 Some(Weights::Tq2_0)
             }
+            GGML_TYPE_TQ1_0 if kernels.serves_tq1_0_over_stock() || config().serve_all => {
+                Some(Weights::Tq1_0)
+            }
             _ => None,
         }
     }
@@ -77,14 +82,14 @@ impl Weights {
         match self {
             Weights::Q2_0 => 64,
             Weights::Q1_0 | Weights::Pq2_0 | Weights::Ptq1_0 => 128,
-            Weights::Tq2_0 => 256,
+            Weights::Tq2_0 | Weights::Tq1_0 => 256,
         }
     }
 
     /// The activation blocks (ggml's `vec_dot_type`) src1 is quantized into: weights and bytes per block.
     fn act_block(self) -> (usize, usize) {
         match self {
-            Weights::Tq2_0 => (256, std::mem::size_of::<BlockQ8K>()),
+            Weights::Tq2_0 | Weights::Tq1_0 => (256, std::mem::size_of::<BlockQ8K>()),
             _ => (32, std::mem::size_of::<BlockQ8_0>()),
         }
     }
@@ -103,6 +108,7 @@ impl Weights {
             Weights::Pq2_0 => std::mem::size_of::<BlockPQ2_0>(),
             Weights::Ptq1_0 => std::mem::size_of::<BlockPTQ1_0>(),
             Weights::Tq2_0 => std::mem::size_of::<BlockTQ2_0>(),
+            Weights::Tq1_0 => std::mem::size_of::<BlockTQ1_0>(),
         }
     }
 
@@ -153,6 +159,11 @@ impl Weights {
             }
             Weights::Tq2_0 => kernels.mul_mat_tq2_0_q8_k(
                 unsafe { rows_of::<BlockTQ2_0>(w, shape) },
+                columns::<BlockQ8K>(y, act_nb),
+                emit,
+            ),
+            Weights::Tq1_0 => kernels.mul_mat_tq1_0_q8_k(
+                unsafe { rows_of::<BlockTQ1_0>(w, shape) },
                 columns::<BlockQ8K>(y, act_nb),
                 emit,
             ),
@@ -263,10 +274,14 @@ fn hook() -> &'static Hook {
                     } else {
                         ""
                     },
-                    if c.kernels.serves_tq2_0_over_stock() {
-                        ", TQ2_0"
-                    } else {
-                        ""
+                    match (
+                        c.kernels.serves_tq2_0_over_stock(),
+                        c.kernels.serves_tq1_0_over_stock(),
+                    ) {
+                        (true, true) => ", TQ2_0, TQ1_0",
+                        (true, false) => ", TQ2_0",
+                        (false, true) => ", TQ1_0",
+                        (false, false) => "",
                     },
                     match (&chunks, chunks_wanted) {
                         (Some(_), _) => "rows in chunks from ggml's counter",
@@ -441,7 +456,7 @@ unsafe fn quantize_share(p: &ComputeParams, prod: &Product) {
                     let x = std::slice::from_raw_parts(row.add(qk * b0), qk * (b1 - b0));
                     let y = std::slice::from_raw_parts_mut(out.add(bytes * b0), bytes * (b1 - b0));
                     match prod.weights {
-                        Weights::Tq2_0 => {
+                        Weights::Tq2_0 | Weights::Tq1_0 => {
                             kernels.quantize_row_q8_k(x, crate::formats::blocks_mut(y))
                         }
                         _ => kernels.quantize_row_q8_0(x, crate::formats::blocks_mut(y)),

@@ -1377,6 +1377,22 @@ pub unsafe fn mul_mat_q1_0_q8_0(a: MulMatArgs) {
     }
 }
 
+/// Serves `ggml_lowbit_mul_mat_tq1_0_q8_K` with the tile kernels.
+///
+/// # Safety
+/// As `mul_mat_rows`.
+pub unsafe fn mul_mat_tq1_0_q8_k(a: MulMatArgs) {
+    // SAFETY: passed on.
+    unsafe {
+        mul_mat_rows::<BlockTQ1_0, BlockQ8K>(
+            "ggml_lowbit_mul_mat_tq1_0_q8_K",
+            (256, 256),
+            Kernels::mul_mat_tq1_0_q8_k,
+            a,
+        )
+    }
+}
+
 /// Serves `ggml_lowbit_mul_mat_tq2_0_q8_K` with the tile kernels.
 ///
 /// # Safety

@@ -20,17 +20,24 @@ use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_k::BlockQ8K;
-use crate::formats::tq2_0::BlockTQ2_0;
 
 /// `rows` rows of `nb` blocks each, row `r` starting at block `r · stride` of `blocks`: a weight matrix (`B` a
 /// weight block) or a set of quantized activation columns (`B = BlockQ8_0`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct Rows<'a, B> {
     blocks: &'a [B],
     nb: usize,
     stride: usize,
     rows: usize,
 }
+
+// By hand: a derive would ask `B: Copy`, and a view is copyable whatever its blocks are.
+impl<B> Clone for Rows<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Rows<'_, B> {}
 
 impl<'a, B> Rows<'a, B> {
     /// `None` when `stride < nb` or `blocks` is too short to hold the last row.
@@ -327,7 +334,7 @@ pub(crate) fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnPair>) {
     }));
 }
 
-/// An instruction set's lane-tile row kernel (Q1_0, TQ2_0): the eight haswell-order float lanes of `R` rows
+/// An instruction set's lane-tile row kernel (Q1_0, TQ2_0, TQ1_0): the eight haswell-order float lanes of `R` rows
 /// (pointers to their first block) against `C` prepared columns of equal length (entries of `P`), over their
 /// `blocks` weight blocks.
 pub(crate) type LaneTileRows<P, const R: usize, const C: usize> =
@@ -346,7 +353,7 @@ pub(crate) struct LaneTileKernels<A, P> {
 }
 
 /// `W · Y` for a format whose stock (haswell) chain is eight float lanes per element with no block batches
-/// (Q1_0 against q8_0, TQ2_0 against q8_K): columns prepared in chunks that stay in L2 (`act_per_row`
+/// (Q1_0 against q8_0, TQ2_0 and TQ1_0 against q8_K): columns prepared in chunks that stay in L2 (`act_per_row`
 /// activation blocks each, `entries` prepared entries), four rows per step against each pair of columns
 /// (prefill; the rows' decode shared, the chains interleaved), a last single column, tail rows one at a time;
 /// `finish(r, c, column, lanes)` makes element (r, c) from its lanes (stock's `hsum_float_8`, or a per-pair
@@ -426,50 +433,67 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
     });
 }
 
-/// One q8_K block of an activation column prepared for the TQ2_0 tile kernel (`avx512.rs`, `tq2_tile_rows`):
-/// - `q[l]`: the quants that meet field `l` of the 64 code bytes taken as one vector — byte `m` of the codes
-///   holds element `32l + m` (`m < 32`) or `128 + 32l + (m − 32)` (`m ≥ 32`), so `q[l]` is quants `32l..32l + 32`
-///   then `128 + 32l..128 + 32l + 32`, one aligned load per field;
+/// One q8_K block of an activation column prepared for the ternary tile kernels (`avx512.rs`,
+/// `tq_tile_rows4`), TQ2_0 and TQ1_0:
+/// - `q[k]`: the 64 quants that meet the weights' `k`-th 64-byte vector of codes or digits, one aligned load.
+///   TQ1_0's digit group `k` meets quants `64k..64k + 64` (`TqQuants::InOrder`); TQ2_0's 64 code bytes taken as
+///   one vector hold element `32k + m` in byte `m < 32` and `128 + 32k + m − 32` above, so its `q[k]` is quants
+///   `32k..32k + 32` then `128 + 32k..128 + 32k + 32` (`TqQuants::CodeFields`);
 /// - `neg_pairs[L] = −(bsums[2L] + bsums[2L + 1])`: stock's i16 lanes minus their bsums, as the start of the
 ///   kernel's sums (exact whenever no i16 lane can wrap: see `wraps`);
 /// - `d`: the q8_K scale's bytes;
-/// - `wraps` (the column's first entry only): some bsum of the column is beyond ±26623, so stock's i16 lanes
-///   could wrap (never with the quantizer's own bsums); the column's elements then come from the per-pair
-///   `vec_dot`, which wraps as stock does.
+/// - `wraps` (the column's first entry only): some bsum of the column is beyond ±`TQ_BSUM_BOUND`, so stock's
+///   i16 lanes could wrap (never with the quantizer's own bsums); the column's elements then come from the
+///   per-pair `vec_dot`, which wraps as stock does.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
-pub struct Tq2ColumnBlock {
+pub struct TqColumnBlock {
     pub(crate) q: [[i8; 64]; 4],
     pub(crate) neg_pairs: [i32; 8],
     pub(crate) d: [u8; 4],
     pub(crate) wraps: bool,
 }
-const _: () = assert!(std::mem::size_of::<Tq2ColumnBlock>() == 320);
+const _: () = assert!(std::mem::size_of::<TqColumnBlock>() == 320);
 
-/// The largest |bsum| for which no stock i16 lane can wrap: a lane's `Σ c·q` is within ±16·3·128 = ±6144.
-pub(crate) const TQ2_BSUM_BOUND: u16 = 32767 - 6144;
+/// The largest |bsum| for which no stock i16 lane can wrap in either ternary format: a TQ2_0 lane's `Σ c·q` is
+/// within ±16·3·128 = ±6144 (TQ1_0's within ±4096, so its bound would be looser).
+pub(crate) const TQ_BSUM_BOUND: u16 = 32767 - 6144;
 
-/// Prepares one q8_K column for the TQ2_0 tile kernel (`Tq2ColumnBlock`). Plain Rust: a copy per block, shared
+/// How `TqColumnBlock::q` orders a q8_K block's quants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TqQuants {
+    /// TQ1_0: quants `64k..64k + 64` in `q[k]`.
+    InOrder,
+    /// TQ2_0: quants `32k..32k + 32` and `128 + 32k..128 + 32k + 32` in `q[k]`.
+    CodeFields,
+}
+
+/// Prepares one q8_K column for a ternary tile kernel (`TqColumnBlock`). Plain Rust: a copy per block, shared
 /// by every row of the product.
-pub(crate) fn tq2_prepare_column(y: &[BlockQ8K], out: &mut Vec<Tq2ColumnBlock>) {
+pub(crate) fn tq_prepare_column(y: &[BlockQ8K], order: TqQuants, out: &mut Vec<TqColumnBlock>) {
     out.clear();
     let mut wraps = false;
     out.extend(y.iter().map(|b| {
-        let mut e = Tq2ColumnBlock {
+        let mut e = TqColumnBlock {
             q: [[0; 64]; 4],
             neg_pairs: [0; 8],
             d: b.d,
             wraps: false,
         };
-        for (l, q) in e.q.iter_mut().enumerate() {
-            for (half, part) in q.chunks_exact_mut(32).enumerate() {
-                part.copy_from_slice(&b.qs[128 * half + 32 * l..][..32]);
+        for (k, q) in e.q.iter_mut().enumerate() {
+            match order {
+                TqQuants::InOrder => q.copy_from_slice(&b.qs[64 * k..64 * k + 64]),
+                TqQuants::CodeFields => {
+                    for (half, part) in q.chunks_exact_mut(32).enumerate() {
+                        part.copy_from_slice(&b.qs[128 * half + 32 * k..][..32]);
+                    }
+                }
             }
         }
         for (lane, n) in e.neg_pairs.iter_mut().enumerate() {
             *n = -(b.bsum(2 * lane) as i32 + b.bsum(2 * lane + 1) as i32);
         }
-        wraps |= (0..16).any(|m| b.bsum(m).unsigned_abs() > TQ2_BSUM_BOUND);
+        wraps |= (0..16).any(|m| b.bsum(m).unsigned_abs() > TQ_BSUM_BOUND);
         e
     }));
     if let Some(first) = out.first_mut() {
@@ -477,22 +501,22 @@ pub(crate) fn tq2_prepare_column(y: &[BlockQ8K], out: &mut Vec<Tq2ColumnBlock>) 
     }
 }
 
-/// `W · Y` for TQ2_0 weights in the haswell build's order through `mul_mat_lane_tiles`: each element finished
-/// with `hsum_float_8`, or, in a column whose bsums could make stock's i16 lanes wrap, by `vec_dot` (the
-/// instruction set's, which redoes such rows with the model), so every element has the bits of the haswell
-/// `ggml_vec_dot_tq2_0_q8_K`.
+/// `W · Y` for ternary weights (TQ2_0, TQ1_0: one q8_K block per weight block) in the haswell build's order
+/// through `mul_mat_lane_tiles`: each element finished with `hsum_float_8`, or, in a column whose bsums could
+/// make stock's i16 lanes wrap, by `vec_dot` (the instruction set's, which redoes such rows with the model), so
+/// every element has the bits of the haswell `ggml_vec_dot_tq{2,1}_0_q8_K`.
 ///
 /// # Safety
-/// The kernels must be safe to call on this CPU; `y.nb() >= x.nb()`.
-pub(crate) unsafe fn mul_mat_tq2_0_tiles(
-    x: Rows<'_, BlockTQ2_0>,
+/// The kernels must be safe to call on this CPU and read blocks of `B`; `y.nb() >= x.nb()`.
+pub(crate) unsafe fn mul_mat_tq_tiles<B>(
+    x: Rows<'_, B>,
     y: Rows<'_, BlockQ8K>,
     emit: Emit<'_>,
-    kernels: &LaneTileKernels<BlockQ8K, Tq2ColumnBlock>,
-    vec_dot: impl Fn(&[BlockTQ2_0], &[BlockQ8K]) -> f32,
+    kernels: &LaneTileKernels<BlockQ8K, TqColumnBlock>,
+    vec_dot: impl Fn(&[B], &[BlockQ8K]) -> f32,
 ) {
     thread_local! {
-        static PREPARED: std::cell::RefCell<Vec<Vec<Tq2ColumnBlock>>> = const { std::cell::RefCell::new(Vec::new()) };
+        static PREPARED: std::cell::RefCell<Vec<Vec<TqColumnBlock>>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     let nb = x.nb();
     PREPARED.with_borrow_mut(|prepared| {

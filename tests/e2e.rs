@@ -181,10 +181,10 @@ fn tiny_model_is_identical_on_every_build(
             .count();
         assert_eq!(patched_rows, builds * sizes, "{stdout}");
     }
-    // Formats the hook and the patch take whole (the fork's, and TQ2_0 under these runs' settings): one call
-    // per product where the vec_dot preload served one call per row and column, so far fewer calls in their
-    // completion cells.
-    if fork || ggml_type == 35 {
+    // Formats the hook and the patch take whole (the fork's, and TQ2_0 and TQ1_0 under these runs' settings):
+    // one call per product where the vec_dot preload served one call per row and column, so far fewer calls in
+    // their completion cells.
+    if fork || ggml_type == 35 || ggml_type == 34 {
         for line in stdout.lines().filter(|l| l.contains("llama-completion")) {
             let calls: Vec<u64> = line
                 .split('|')
@@ -240,12 +240,14 @@ fn tiny_iq2_s_model_gives_identical_text_and_perplexity_on_every_build() {
     tiny_model_is_identical_on_every_build("iq2_s", 22, "9", "1,7,8,33", true, &serve_all);
 }
 
-/// TQ1_0 (five base-3 digits per byte, q8_K activations; the hook leaves its products to ggml), with the best
-/// instruction set and capped at AVX2 (whose kernels serve the x64 build; the haswell one passes to stock).
+/// TQ1_0 (five base-3 digits per byte, q8_K activations), with the best instruction set and capped at AVX2
+/// (the kernels a CPU without AVX-512 runs); `GGML_LOWBIT_SERVE_ALL=1`, so our kernels compute in every column
+/// and the hook and the patch take whole products (the tile kernels with AVX-512 in the haswell order, one
+/// vec_dot per pair otherwise).
 #[test]
 fn tiny_tq1_0_model_gives_identical_text_and_perplexity_on_every_build() {
     for isa in ["avx512", "avx2"] {
-        let env = [("GGML_LOWBIT_ISA", isa)];
+        let env = [("GGML_LOWBIT_SERVE_ALL", "1"), ("GGML_LOWBIT_ISA", isa)];
         tiny_model_is_identical_on_every_build("tq1_0", 34, "9", "1,7,33", false, &env);
     }
 }

@@ -25,7 +25,7 @@ use crate::stock::{DequantizeRowFn, QuantizeRowFn, StockLib, VecDotFn};
 use crate::tiles::Rows;
 use crate::FloatOrder;
 
-pub const SYMBOLS: [&str; 23] = [
+pub const SYMBOLS: [&str; 24] = [
     "ggml_vec_dot_q2_0_q8_0",
     "quantize_row_q8_0",
     "dequantize_row_q2_0",
@@ -49,6 +49,7 @@ pub const SYMBOLS: [&str; 23] = [
     "dequantize_row_iq3_s",
     "quantize_row_q8_K",
     "ggml_lowbit_mul_mat_tq2_0_q8_K",
+    "ggml_lowbit_mul_mat_tq1_0_q8_K",
 ];
 
 /// Position of `name` in `SYMBOLS` (its reports follow that order).
@@ -161,6 +162,8 @@ pub struct CSymbols {
     pub dequantize_row_tq2_0: DequantizeRowFn,
     /// Ours only.
     pub mul_mat_tq2_0_q8_k: Option<MulMatFn>,
+    /// Ours only.
+    pub mul_mat_tq1_0_q8_k: Option<MulMatFn>,
     pub vec_dot_tq1_0_q8_k: VecDotFn,
     pub dequantize_row_tq1_0: DequantizeRowFn,
     /// The IQ formats, in the order of `interpose::IQ_SYMBOLS`.
@@ -183,6 +186,7 @@ impl CSymbols {
             vec_dot_tq2_0_q8_k: stock.vec_dot("ggml_vec_dot_tq2_0_q8_K")?,
             dequantize_row_tq2_0: stock.dequantize_row("dequantize_row_tq2_0")?,
             mul_mat_tq2_0_q8_k: None,
+            mul_mat_tq1_0_q8_k: None,
             vec_dot_tq1_0_q8_k: stock.vec_dot("ggml_vec_dot_tq1_0_q8_K")?,
             dequantize_row_tq1_0: stock.dequantize_row("dequantize_row_tq1_0")?,
             vec_dot_iq: iq_symbols(false, |name| stock.vec_dot(name))?,
@@ -227,6 +231,10 @@ impl CSymbols {
                     .map_err(|e| e.to_string())?,
                 mul_mat_tq2_0_q8_k: Some(
                     *lib.get::<MulMatFn>(b"ggml_lowbit_mul_mat_tq2_0_q8_K\0")
+                        .map_err(|e| e.to_string())?,
+                ),
+                mul_mat_tq1_0_q8_k: Some(
+                    *lib.get::<MulMatFn>(b"ggml_lowbit_mul_mat_tq1_0_q8_K\0")
                         .map_err(|e| e.to_string())?,
                 ),
                 vec_dot_tq1_0_q8_k: *lib
@@ -408,12 +416,13 @@ impl Subject {
 }
 
 /// A format with a tile export: Q2_0 (64 weights, two q8_0 blocks per block), Q1_0 (128, four; both have
-/// 18-byte blocks) or TQ2_0 (256 weights in 66 bytes, one q8_K block).
+/// 18-byte blocks), TQ2_0 or TQ1_0 (256 weights in 66 or 54 bytes, one q8_K block).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TileFormat {
     Q2_0,
     Q1_0,
     Tq2_0,
+    Tq1_0,
 }
 
 impl TileFormat {
@@ -421,7 +430,7 @@ impl TileFormat {
         match self {
             TileFormat::Q2_0 => 64,
             TileFormat::Q1_0 => 128,
-            TileFormat::Tq2_0 => 256,
+            TileFormat::Tq2_0 | TileFormat::Tq1_0 => 256,
         }
     }
     fn block_bytes(self) -> usize {
@@ -429,12 +438,13 @@ impl TileFormat {
             TileFormat::Q2_0 => Q2_0_BYTES,
             TileFormat::Q1_0 => Q1_0_BYTES,
             TileFormat::Tq2_0 => TQ2_0_BYTES,
+            TileFormat::Tq1_0 => TQ1_0_BYTES,
         }
     }
     /// Activation blocks per weight block, and their bytes.
     fn act_per_block(self) -> (usize, usize) {
         match self {
-            TileFormat::Tq2_0 => (1, Q8_K_BYTES),
+            TileFormat::Tq2_0 | TileFormat::Tq1_0 => (1, Q8_K_BYTES),
             _ => (self.weights() / 32, Q8_0_BYTES),
         }
     }
@@ -443,6 +453,7 @@ impl TileFormat {
             TileFormat::Q2_0 => "ggml_lowbit_mul_mat_q2_0_q8_0",
             TileFormat::Q1_0 => "ggml_lowbit_mul_mat_q1_0_q8_0",
             TileFormat::Tq2_0 => "ggml_lowbit_mul_mat_tq2_0_q8_K",
+            TileFormat::Tq1_0 => "ggml_lowbit_mul_mat_tq1_0_q8_K",
         }
     }
 }
@@ -479,6 +490,7 @@ impl Subject {
                     TileFormat::Q2_0 => k.mul_mat_q2_0_q8_0(view(x, xv), view(y, yv), &mut emit),
                     TileFormat::Q1_0 => k.mul_mat_q1_0_q8_0(view(x, xv), view(y, yv), &mut emit),
                     TileFormat::Tq2_0 => k.mul_mat_tq2_0_q8_k(view(x, xv), view(y, yv), &mut emit),
+                    TileFormat::Tq1_0 => k.mul_mat_tq1_0_q8_k(view(x, xv), view(y, yv), &mut emit),
                 }
             }
             Subject::C { symbols, .. } => {
@@ -486,6 +498,7 @@ impl Subject {
                     TileFormat::Q2_0 => symbols.mul_mat_q2_0_q8_0,
                     TileFormat::Q1_0 => symbols.mul_mat_q1_0_q8_0,
                     TileFormat::Tq2_0 => symbols.mul_mat_tq2_0_q8_k,
+                    TileFormat::Tq1_0 => symbols.mul_mat_tq1_0_q8_k,
                 }
                 .expect("our library exports the tile API");
                 // SAFETY: the buffers hold the rows, columns and outputs the shape describes.
@@ -542,12 +555,13 @@ fn mul_mat_case(
             TileFormat::Q2_0 => gen.q2_0_row(nb, row),
             TileFormat::Q1_0 => gen.q1_0_row(nb, row),
             TileFormat::Tq2_0 => gen.tq2_0_row(nb, row),
+            TileFormat::Tq1_0 => gen.tq1_0_row(nb, row),
         }
     }
     for c in 0..cols {
         let col = &mut y[c * sh.ys * act_bytes..][..per * nb * act_bytes];
         match format {
-            TileFormat::Tq2_0 => gen.q8_k_row(nb, col, st.quantize_row_q8_k),
+            TileFormat::Tq2_0 | TileFormat::Tq1_0 => gen.q8_k_row(nb, col, st.quantize_row_q8_k),
             _ => gen.q8_0_row(per * nb, col),
         }
     }
@@ -555,6 +569,7 @@ fn mul_mat_case(
         TileFormat::Q2_0 => st.vec_dot_q2_0_q8_0,
         TileFormat::Q1_0 => st.vec_dot_q1_0_q8_0,
         TileFormat::Tq2_0 => st.vec_dot_tq2_0_q8_k,
+        TileFormat::Tq1_0 => st.vec_dot_tq1_0_q8_k,
     };
     let mut want = vec![f32::from_bits(0x7fa5_a5a5); cols * sh.bs];
     for c in 0..cols {
@@ -720,12 +735,13 @@ pub fn run(
                 });
             }
         }
-        // The tile exports (ggml_lowbit_mul_mat_q2_0_q8_0, _q1_0_q8_0, _tq2_0_q8_K), each every fourth case:
-        // every element against stock's vec_dot on its pair.
+        // The tile exports (ggml_lowbit_mul_mat_q2_0_q8_0, _q1_0_q8_0, _tq2_0_q8_K, _tq1_0_q8_K), each every
+        // fourth case: every element against stock's vec_dot on its pair.
         for (turn, format) in [
             (0, TileFormat::Q2_0),
             (2, TileFormat::Q1_0),
             (1, TileFormat::Tq2_0),
+            (3, TileFormat::Tq1_0),
         ] {
             if case % 4 == turn {
                 let slot = symbol_index(format.symbol());

@@ -755,6 +755,7 @@ fn cmd_speed(
         "ggml_vec_dot_tq2_0_q8_K",
         "ggml_lowbit_mul_mat_tq2_0_q8_K",
         "ggml_vec_dot_tq1_0_q8_K",
+        "ggml_lowbit_mul_mat_tq1_0_q8_K",
         "ggml_vec_dot_iq2_xxs_q8_K",
         "ggml_vec_dot_iq2_xs_q8_K",
         "ggml_vec_dot_iq2_s_q8_K",
@@ -956,6 +957,12 @@ fn cmd_speed(
             WeightType::Tq2_0,
             ours.mul_mat_tq2_0_q8_k,
             st.vec_dot_tq2_0_q8_k,
+        ),
+        (
+            "ggml_lowbit_mul_mat_tq1_0_q8_K",
+            WeightType::Tq1_0,
+            ours.mul_mat_tq1_0_q8_k,
+            st.vec_dot_tq1_0_q8_k,
         ),
     ];
     for (symbol, format, tiles, stock_dot) in tile_jobs {

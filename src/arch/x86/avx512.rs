@@ -44,9 +44,9 @@ use crate::formats::tq1_0::{self, BlockTQ1_0};
 use crate::formats::tq2_0::{self, BlockTQ2_0};
 use crate::fp16::F16_TO_F32_TABLE;
 use crate::tiles::{
-    mul_mat_by_pairs, mul_mat_fork_tiles, mul_mat_q1_0_tiles, mul_mat_q2_0_tiles,
-    mul_mat_tq2_0_tiles, tq2_prepare_column, Emit, ForkColumnBatch, LaneTileKernels, Q1ColumnPair,
-    Q2ColumnBatch, Rows, Tq2ColumnBlock,
+    mul_mat_by_pairs, mul_mat_fork_tiles, mul_mat_q1_0_tiles, mul_mat_q2_0_tiles, mul_mat_tq_tiles,
+    tq_prepare_column, Emit, ForkColumnBatch, LaneTileKernels, Q1ColumnPair, Q2ColumnBatch, Rows,
+    TqColumnBlock, TqQuants,
 };
 
 const Q2_BYTES: usize = 18;
@@ -1522,67 +1522,104 @@ pub unsafe fn vec_dot_tq2_0_q8_k<const HASWELL: bool>(x: &[BlockTQ2_0], y: &[Blo
     }
 }
 
-/// The four fields of one TQ2_0 block's 64 code bytes, each at bits 0..1 of its bytes: field 0 by an AND,
-/// fields 1–3 by one `vgf2p8affineqb` each (byte `m` holds element `32l + m` of field `l` for `m < 32`,
-/// `128 + 32l + m − 32` above).
-///
-/// # Safety
-/// 64 readable bytes at `codes`; the calling kernel enables AVX-512 F/BW and GFNI.
-#[inline(always)]
-unsafe fn tq2_fields(codes: *const u8) -> [__m512i; 4] {
-    // SAFETY: the caller's contract.
-    unsafe {
-        // Matrices moving field `l` of every byte to bits 0..1 (output bit `i` from matrix byte `7 − i`).
-        let field =
-            |l: u32| _mm512_set1_epi64(((1i64 << (2 * l)) << 56) | ((1i64 << (2 * l + 1)) << 48));
-        let c = _mm512_loadu_si512(codes as *const __m512i);
-        [
-            _mm512_and_si512(c, _mm512_set1_epi8(3)),
-            _mm512_gf2p8affine_epi64_epi8::<0>(c, field(1)),
-            _mm512_gf2p8affine_epi64_epi8::<0>(c, field(2)),
-            _mm512_gf2p8affine_epi64_epi8::<0>(c, field(3)),
-        ]
+/// A ternary format for the tile kernels (`tq_tile_rows4`): its block, where its f16 scale sits, the order its
+/// prepared quants take, and its weights as four 64-byte vectors of small non-negative values (codes or
+/// digits), vector `k` meeting the prepared column's `q[k]`.
+trait TqTileFormat {
+    const BYTES: usize;
+    const D_OFFSET: usize;
+    const QUANTS: TqQuants;
+    /// # Safety
+    /// A whole block at `x`; the calling kernel enables AVX-512 F/BW/VL/VBMI and GFNI.
+    unsafe fn weight_vectors(x: *const u8) -> [__m512i; 4];
+}
+
+/// TQ2_0: the 64 code bytes as one vector, field 0 by an AND, fields 1–3 by one `vgf2p8affineqb` each (to bits
+/// 0..1); byte `m` of field `k` is element `32k + m` (`m < 32`) or `128 + 32k + m − 32`.
+struct Tq2Tiles;
+impl TqTileFormat for Tq2Tiles {
+    const BYTES: usize = size_of::<BlockTQ2_0>();
+    const D_OFFSET: usize = 64;
+    const QUANTS: TqQuants = TqQuants::CodeFields;
+    #[inline(always)]
+    unsafe fn weight_vectors(x: *const u8) -> [__m512i; 4] {
+        // SAFETY: the caller's contract (64 code bytes at `x`).
+        unsafe {
+            // Matrices moving field `l` of every byte to bits 0..1 (output bit `i` from matrix byte `7 − i`).
+            let field = |l: u32| {
+                _mm512_set1_epi64(((1i64 << (2 * l)) << 56) | ((1i64 << (2 * l + 1)) << 48))
+            };
+            let c = _mm512_loadu_si512(x as *const __m512i);
+            [
+                _mm512_and_si512(c, _mm512_set1_epi8(3)),
+                _mm512_gf2p8affine_epi64_epi8::<0>(c, field(1)),
+                _mm512_gf2p8affine_epi64_epi8::<0>(c, field(2)),
+                _mm512_gf2p8affine_epi64_epi8::<0>(c, field(3)),
+            ]
+        }
     }
 }
 
-/// One block's sums of a row against a prepared column entry, before stock's lane fold: dword `i` of the low
-/// half and dword `i` of the high half add to stock's lane `i` (`Σ c·q` over `e mod 32 ∈ [4i, 4i + 4)` minus
-/// the lane's two bsums). One chain of four `vpdpbusd` from `neg_pairs`.
+/// TQ1_0: `vec_dot_tq1_0_q8_k`'s four digit groups (the packed bytes each lane reads from broadcast loads and
+/// blends, `base3_digits_in_place`), group `k` meeting quants `64k..64k + 64`.
+struct Tq1Tiles;
+impl TqTileFormat for Tq1Tiles {
+    const BYTES: usize = size_of::<BlockTQ1_0>();
+    const D_OFFSET: usize = 52;
+    const QUANTS: TqQuants = TqQuants::InOrder;
+    #[inline(always)]
+    unsafe fn weight_vectors(x: *const u8) -> [__m512i; 4] {
+        // SAFETY: the caller's contract (48 qs and 4 qh bytes at `x`); the tables are statics.
+        unsafe {
+            // Written out, not `array::from_fn`: a closure does not inherit the caller's target features, so
+            // the intrinsics inside it would be calls.
+            let g = tq1_digit_groups(x);
+            let digits =
+                |k: usize| base3_digits_in_place(g[k], &TQ1_MULT_EVEN[k], &TQ1_MULT_ODD[k]);
+            [digits(0), digits(1), digits(2), digits(3)]
+        }
+    }
+}
+
+/// One block's sums of a row (its four weight vectors `f`) against a prepared column entry, before stock's lane
+/// fold: dword `i` of the low half and dword `i` of the high half add to stock's lane `i` (the products over
+/// `e mod 32 ∈ [4i, 4i + 4)` minus the lane's two bsums). One chain of four `vpdpbusd` from `neg_pairs`.
 ///
 /// # Safety
 /// The calling kernel enables AVX-512 F/BW/VNNI.
 #[inline(always)]
-unsafe fn tq2_block_sums_against(f: &[__m512i; 4], e: &Tq2ColumnBlock) -> __m512i {
-    // SAFETY: the entry's arrays are 64-byte aligned (`Tq2ColumnBlock` is `align(64)`, `q` at offset 0,
+unsafe fn tq_block_sums_against(f: &[__m512i; 4], e: &TqColumnBlock) -> __m512i {
+    // SAFETY: the entry's arrays are 64-byte aligned (`TqColumnBlock` is `align(64)`, `q` at offset 0,
     // `neg_pairs` at 256), so the aligned loads are valid; features from the caller.
     unsafe {
-        let q = |l: usize| _mm512_load_si512(e.q[l].as_ptr() as *const __m512i);
+        let q = |k: usize| _mm512_load_si512(e.q[k].as_ptr() as *const __m512i);
         let mut s =
             _mm512_zextsi256_si512(_mm256_load_si256(e.neg_pairs.as_ptr() as *const __m256i));
-        for (l, &fl) in f.iter().enumerate() {
-            s = _mm512_dpbusd_epi32(s, fl, q(l));
+        for (k, &fk) in f.iter().enumerate() {
+            s = _mm512_dpbusd_epi32(s, fk, q(k));
         }
         s
     }
 }
 
-/// The haswell-order lanes of four TQ2_0 rows against `C` prepared q8_K columns (`tiles::Tq2ColumnBlock`),
-/// block by block, the rows in two pairs: each row's fields (`tq2_fields`) meet the column's quants (laid out
-/// by `tiles::tq2_prepare_column` so each field is one aligned load, shared by all rows) in one chain of four
-/// `vpdpbusd` (`tq2_block_sums_against`); two `vshufi64x2` and an add fold a pair's sums into stock's eight
-/// lanes for each row side by side, and stock's float step (convert, `y.d·d0`, FMA) runs on both rows' lanes
-/// in one 512-bit vector, each lane its own chain as in stock. Against the vec_dot kernel the quants are
-/// aligned loads made once for four rows (there, four loads across cache lines per row and block) and the
-/// fold, convert and FMA are shared by two rows. Decode (`C = 1`) and prefill (`C = 2`).
+/// The haswell-order lanes of four ternary rows (TQ2_0 or TQ1_0, `F`) against `C` prepared q8_K columns
+/// (`tiles::TqColumnBlock`), block by block, the rows in two pairs: each row's weight vectors
+/// (`F::weight_vectors`) meet the column's quants (laid out by `tiles::tq_prepare_column` so each is one
+/// aligned load, shared by all rows) in one chain of four `vpdpbusd` (`tq_block_sums_against`); two
+/// `vshufi64x2` and an add fold a pair's sums into stock's eight lanes for each row side by side, and stock's
+/// float step (convert, `y.d·d0`, FMA) runs on both rows' lanes in one 512-bit vector, each lane its own chain
+/// as in stock. Against the vec_dot kernels the quants are aligned loads made once for four rows (there, four
+/// loads across cache lines per row and block) and the fold, convert and FMA are shared by two rows. Decode
+/// (`C = 1`) and prefill (`C = 2`).
 ///
 /// # Safety
-/// The CPU must have the features below; each row pointer addresses `blocks` TQ2_0 blocks and every column
+/// The CPU must have the features below; each row pointer addresses `blocks` blocks of `F` and every column
 /// holds `blocks` entries.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
-unsafe fn tq2_tile_rows4<const C: usize>(
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+unsafe fn tq_tile_rows4<F: TqTileFormat, const C: usize>(
     blocks: usize,
     rows: [*const u8; 4],
-    cols: [&[Tq2ColumnBlock]; C],
+    cols: [&[TqColumnBlock]; C],
 ) -> [[[f32; 8]; 4]; C] {
     debug_assert!(cols.iter().all(|c| c.len() == blocks));
     // acc[p][j]: rows 2p (low eight lanes) and 2p + 1 (high eight) against column j.
@@ -1590,24 +1627,24 @@ unsafe fn tq2_tile_rows4<const C: usize>(
     // `b` indexes every column and offsets every row pointer.
     #[allow(clippy::needless_range_loop)]
     for b in 0..blocks {
-        let e: [&Tq2ColumnBlock; C] = std::array::from_fn(|j| &cols[j][b]);
+        let e: [&TqColumnBlock; C] = std::array::from_fn(|j| &cols[j][b]);
         for (p, acc) in acc.iter_mut().enumerate() {
             // SAFETY: block `b` of every row is inside what the caller guarantees; this function enables the
             // features.
             unsafe {
-                let x = [rows[2 * p], rows[2 * p + 1]].map(|r| r.add(b * size_of::<BlockTQ2_0>()));
+                let x = [rows[2 * p], rows[2 * p + 1]].map(|r| r.add(b * F::BYTES));
                 let d0 = x.map(|xb| {
-                    prefetch_ahead(xb, size_of::<BlockTQ2_0>());
-                    F16_TO_F32_TABLE[(xb.add(64) as *const u16).read_unaligned() as usize]
+                    prefetch_ahead(xb, F::BYTES);
+                    F16_TO_F32_TABLE[(xb.add(F::D_OFFSET) as *const u16).read_unaligned() as usize]
                 });
                 // (`vinsertf64x4` rather than AVX-512 DQ's `vinsertf32x8`: the same bits moved.)
                 let d0 = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
                     _mm512_castps_pd(_mm512_set1_ps(d0[0])),
                     _mm256_castps_pd(_mm256_set1_ps(d0[1])),
                 ));
-                let f = x.map(|xb| tq2_fields(xb));
+                let f = x.map(|xb| F::weight_vectors(xb));
                 for j in 0..C {
-                    let [s0, s1] = [0, 1].map(|i| tq2_block_sums_against(&f[i], e[j]));
+                    let [s0, s1] = [0, 1].map(|i| tq_block_sums_against(&f[i], e[j]));
                     let lanes = _mm512_add_epi32(
                         _mm512_shuffle_i64x2::<0x44>(s0, s1),
                         _mm512_shuffle_i64x2::<0xee>(s0, s1),
@@ -1630,16 +1667,16 @@ unsafe fn tq2_tile_rows4<const C: usize>(
     out
 }
 
-/// One TQ2_0 row against one prepared column (the driver's tail rows): `tq2_tile_rows4`'s steps for a single
+/// One ternary row against one prepared column (the driver's tail rows): `tq_tile_rows4`'s steps for a single
 /// row, the fold by one extract.
 ///
 /// # Safety
-/// As `tq2_tile_rows4`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
-unsafe fn tq2_tile_rows1(
+/// As `tq_tile_rows4`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+unsafe fn tq_tile_rows1<F: TqTileFormat>(
     blocks: usize,
     rows: [*const u8; 1],
-    cols: [&[Tq2ColumnBlock]; 1],
+    cols: [&[TqColumnBlock]; 1],
 ) -> [[[f32; 8]; 1]; 1] {
     debug_assert!(cols[0].len() == blocks);
     let mut acc = _mm256_setzero_ps();
@@ -1647,28 +1684,63 @@ unsafe fn tq2_tile_rows1(
         // SAFETY: block `b` of the row is inside what the caller guarantees; this function enables the
         // features.
         unsafe {
-            let xb = rows[0].add(b * size_of::<BlockTQ2_0>());
-            let s = tq2_block_sums_against(&tq2_fields(xb), e);
+            let xb = rows[0].add(b * F::BYTES);
+            let s = tq_block_sums_against(&F::weight_vectors(xb), e);
             let lanes =
                 _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64::<1>(s));
-            let d = scale_product(&e.d, (xb.add(64) as *const u16).read_unaligned());
+            let d = scale_product(&e.d, (xb.add(F::D_OFFSET) as *const u16).read_unaligned());
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), d, acc);
         }
     }
     tile_lanes([[acc]])
 }
 
-/// The plain column preparation (`tiles::tq2_prepare_column`) as a `LanePrepareColumn`.
+/// The plain column preparation (`tiles::tq_prepare_column`) in `F`'s quant order, as a `LanePrepareColumn`.
 ///
 /// # Safety
 /// None beyond the signature (the preparation is safe Rust).
-unsafe fn tq2_prepare_column_entry(y: &[BlockQ8K], out: &mut Vec<Tq2ColumnBlock>) {
-    tq2_prepare_column(y, out)
+unsafe fn tq_prepare_column_for<F: TqTileFormat>(y: &[BlockQ8K], out: &mut Vec<TqColumnBlock>) {
+    tq_prepare_column(y, F::QUANTS, out)
 }
 
-/// `W · Y` for TQ2_0 weights against q8_K columns, every element with the bits of `vec_dot_tq2_0_q8_k::<HASWELL>`:
-/// the haswell order through the tile driver (`tiles::mul_mat_tq2_0_tiles`) and `tq2_tile_rows4`/`1`; the x64 order
-/// (a scalar chain per block) one `vec_dot` per pair.
+/// `W · Y` for ternary weights of `F` (block `B`) against q8_K columns, every element with the bits of
+/// `vec_dot` (the format's kernel in the same order): the haswell order through the tile driver
+/// (`tiles::mul_mat_tq_tiles`) and `tq_tile_rows4`/`1`; the x64 order (a scalar chain per block) one `vec_dot`
+/// per pair.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, GFNI, AVX2, FMA and F16C; `y.nb() >= x.nb()`; `B` is `F`'s block.
+#[inline(always)]
+unsafe fn mul_mat_tq<F: TqTileFormat, B, const HASWELL: bool>(
+    x: Rows<'_, B>,
+    y: Rows<'_, BlockQ8K>,
+    emit: Emit<'_>,
+    vec_dot: impl Fn(&[B], &[BlockQ8K]) -> f32,
+) {
+    debug_assert_eq!(size_of::<B>(), F::BYTES);
+    if HASWELL {
+        // SAFETY: the caller's contract covers the kernels' features and sizes.
+        unsafe {
+            mul_mat_tq_tiles(
+                x,
+                y,
+                emit,
+                &LaneTileKernels {
+                    prepare: tq_prepare_column_for::<F>,
+                    rows4: tq_tile_rows4::<F, 1>,
+                    rows1: tq_tile_rows1::<F>,
+                    rows4x2: tq_tile_rows4::<F, 2>,
+                },
+                vec_dot,
+            )
+        }
+    } else {
+        mul_mat_by_pairs(|x, y| vec_dot(x, &y[..x.len()]), x, y, emit)
+    }
+}
+
+/// `W · Y` for TQ2_0 weights against q8_K columns, every element with the bits of
+/// `vec_dot_tq2_0_q8_k::<HASWELL>` (`mul_mat_tq`).
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, GFNI, AVX2, FMA and F16C; `y.nb() >= x.nb()`.
@@ -1678,27 +1750,25 @@ pub unsafe fn mul_mat_tq2_0_q8_k<const HASWELL: bool>(
     y: Rows<'_, BlockQ8K>,
     emit: Emit<'_>,
 ) {
-    // SAFETY (both arms): the caller's contract covers the kernels' features and sizes.
+    // SAFETY (both): the caller's contract covers the kernels' features and sizes.
     let vec_dot = |x: &[BlockTQ2_0], y: &[BlockQ8K]| unsafe { vec_dot_tq2_0_q8_k::<HASWELL>(x, y) };
-    if HASWELL {
-        // SAFETY: as above.
-        unsafe {
-            mul_mat_tq2_0_tiles(
-                x,
-                y,
-                emit,
-                &LaneTileKernels {
-                    prepare: tq2_prepare_column_entry,
-                    rows4: tq2_tile_rows4::<1>,
-                    rows1: tq2_tile_rows1,
-                    rows4x2: tq2_tile_rows4::<2>,
-                },
-                vec_dot,
-            )
-        }
-    } else {
-        mul_mat_by_pairs(|x, y| vec_dot(x, &y[..x.len()]), x, y, emit)
-    }
+    unsafe { mul_mat_tq::<Tq2Tiles, _, HASWELL>(x, y, emit, vec_dot) }
+}
+
+/// `W · Y` for TQ1_0 weights against q8_K columns, every element with the bits of
+/// `vec_dot_tq1_0_q8_k::<HASWELL>` (`mul_mat_tq`).
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, GFNI, AVX2, FMA and F16C; `y.nb() >= x.nb()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+pub unsafe fn mul_mat_tq1_0_q8_k<const HASWELL: bool>(
+    x: Rows<'_, BlockTQ1_0>,
+    y: Rows<'_, BlockQ8K>,
+    emit: Emit<'_>,
+) {
+    // SAFETY (both): the caller's contract covers the kernels' features and sizes.
+    let vec_dot = |x: &[BlockTQ1_0], y: &[BlockQ8K]| unsafe { vec_dot_tq1_0_q8_k::<HASWELL>(x, y) };
+    unsafe { mul_mat_tq::<Tq1Tiles, _, HASWELL>(x, y, emit, vec_dot) }
 }
 
 /// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: the Q2_0 code
@@ -3045,6 +3115,28 @@ const _: () = {
     }
 };
 
+/// The packed bytes each lane of TQ1_0's four digit groups reads (`TQ1_PERM`), from broadcast loads and one
+/// blend each, no shuffle: groups 0 and 1 read `qs[p % 32]` in lane `p`; group 2 `qs[0..32]` then `qs[32..48]`
+/// twice; group 3 `qs[32..48]` three times then `qh[0..4]` four times.
+///
+/// # Safety
+/// A TQ1_0 block at `x` (48 qs bytes, then 4 qh); the calling kernel enables AVX-512 F.
+#[inline(always)]
+unsafe fn tq1_digit_groups(x: *const u8) -> [__m512i; 4] {
+    // SAFETY: reads inside the block; features from the caller.
+    unsafe {
+        let low = _mm512_broadcast_i64x4(_mm256_loadu_si256(x as *const __m256i));
+        let mid = _mm512_broadcast_i32x4(_mm_loadu_si128(x.add(32) as *const __m128i));
+        let qh = _mm512_set1_epi32((x.add(48) as *const i32).read_unaligned());
+        [
+            low,
+            low,
+            _mm512_mask_blend_epi64(0xf0, low, mid),
+            _mm512_mask_blend_epi32(0xf000, mid, qh),
+        ]
+    }
+}
+
 /// `ggml_vec_dot_tq1_0_q8_K` with the haswell build's order (`HASWELL`) or the x64 build's: per 64 weights
 /// `base3_digits_in_place` on the packed bytes each lane reads (from broadcast loads and a blend) and one
 /// `vpdpbusd` against the quants.
@@ -3083,19 +3175,7 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
                 _mm512_setzero_si512()
             };
             let mut sq = _mm512_setzero_si512();
-            // The bytes each group's lanes read (`TQ1_PERM`) from broadcast loads and one blend, no shuffle:
-            // groups 0 and 1 read `qs[p % 32]` in lane `p`; group 2 `qs[0..32]` then `qs[32..48]` twice;
-            // group 3 `qs[32..48]` three times then `qh[0..4]` four times.
-            let low = _mm512_broadcast_i64x4(_mm256_loadu_si256(xb.qs.as_ptr() as *const __m256i));
-            let mid =
-                _mm512_broadcast_i32x4(_mm_loadu_si128(xb.qs.as_ptr().add(32) as *const __m128i));
-            let qh = _mm512_set1_epi32(i32::from_le_bytes(xb.qh));
-            let groups = [
-                low,
-                low,
-                _mm512_mask_blend_epi64(0xf0, low, mid),
-                _mm512_mask_blend_epi32(0xf000, mid, qh),
-            ];
+            let groups = tq1_digit_groups(xb as *const BlockTQ1_0 as *const u8);
             for (k, &bytes) in groups.iter().enumerate() {
                 let digits = base3_digits_in_place(bytes, &TQ1_MULT_EVEN[k], &TQ1_MULT_ODD[k]);
                 let qv = _mm512_loadu_si512(q.add(64 * k) as *const _);

@@ -620,6 +620,37 @@ mod tests {
         assert!(n > 2_000);
     }
 
+    /// TQ1_0 tiles (AVX-512 haswell order; per pair elsewhere): as the TQ2_0 tile test, with packed bytes of
+    /// every value 0..=255 (243..=255, which the quantizer never writes, included) among the random ones.
+    #[test]
+    fn tq1_0_mul_mat_tiles_match_the_per_pair_models() {
+        use crate::formats::tq1_0::{vec_dot_tq1_0_q8_k_model, BlockTQ1_0};
+        let mut shapes = tile_shapes(&[1, 2, 3, 5, 16]);
+        shapes.push((16, 5, 40));
+        shapes.push((7, 8, 3));
+        let n = tiles_match_the_per_pair_models(
+            17,
+            1,
+            &shapes,
+            |rng| {
+                let packed: [u8; 52] = match rng.gen_range(0..6) {
+                    0 => std::array::from_fn(|_| rng.gen_range(243..=255)),
+                    1 => std::array::from_fn(|_| rng.gen_range(0..243)),
+                    _ => std::array::from_fn(|_| rng.gen()),
+                };
+                BlockTQ1_0 {
+                    qs: packed[..48].try_into().expect("48"),
+                    qh: packed[48..].try_into().expect("4"),
+                    d: test_scale(rng),
+                }
+            },
+            q8_k_activations,
+            vec_dot_tq1_0_q8_k_model,
+            Kernels::mul_mat_tq1_0_q8_k,
+        );
+        assert!(n > 2_000);
+    }
+
     /// The f16 scales the fork-format tests mix in: ±0, subnormals, ±65504, ±Inf, NaNs.
     const SPECIAL_SCALES: [u16; 10] = [
         0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01,
