@@ -40,13 +40,16 @@ fn cc(args: &[String], out: &Path) {
 }
 
 fn tiny_model(dir: &Path) -> PathBuf {
-    model(dir, "tiny")
+    model(dir, "tiny", "q2_0")
 }
 
-fn model(dir: &Path, preset: &str) -> PathBuf {
-    let path = dir.join(format!("{preset}.gguf"));
+/// A synthetic model of `preset` with weights of `wtype` (`ggml-lowbit-ab model`).
+fn model(dir: &Path, preset: &str, wtype: &str) -> PathBuf {
+    let path = dir.join(format!("{preset}-{wtype}.gguf"));
     let out = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
-        .args(["model", "--preset", preset, "--seed", "5", "--out"])
+        .args([
+            "model", "--preset", preset, "--type", wtype, "--seed", "5", "--out",
+        ])
         .arg(&path)
         .output()
         .expect("run harness");
@@ -221,24 +224,16 @@ fn row_chunks_and_fixed_shares_give_stock_text() {
 fn moe_experts_go_through_the_tile_kernels_with_stock_text() {
     let dir = scratch("moe");
     let serve_all: &[(&str, &str)] = &[("GGML_LOWBIT_SERVE_ALL", "1")];
+    let stock_tools = e2e::tools_dir("haswell").expect("stock haswell build");
+    let patched_tools = e2e::patched_tools_dir("haswell")
+        .expect("patched build")
+        .expect("haswell has a patched build");
+    let lib = lib();
     for (wtype, env) in [("q2_0", e2e::WITH_HOOK), ("tq2_0", serve_all)] {
-        let model = dir.join(format!("tiny-moe-{wtype}.gguf"));
-        let out = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
-            .args([
-                "model", "--preset", "tiny-moe", "--type", wtype, "--seed", "5", "--out",
-            ])
-            .arg(&model)
-            .output()
-            .expect("run harness");
-        assert!(out.status.success());
+        let model = model(&dir, "tiny-moe", wtype);
         let args = e2e::completion_args(&model, 2, 8);
-        let stock_tools = e2e::tools_dir("haswell").expect("stock haswell build");
-        let patched_tools = e2e::patched_tools_dir("haswell")
-            .expect("patched build")
-            .expect("haswell has a patched build");
         let stock =
             e2e::run_tool(&stock_tools, "llama-completion", &args, None, false).expect("stock run");
-        let lib = lib();
         let preloaded = Preload {
             lib: Some(&lib),
             env,
