@@ -9,6 +9,9 @@
 //! - IQ2 grid lookups (AVX-512 only): `vpgatherdq` of the 8-byte grid entries on Intel CPUs whose gathers are
 //!   not slowed by the GDS microcode, the permute lookup of the 16-bit codes elsewhere (`iq_gathers`);
 //!   `GGML_LOWBIT_IQ_GATHER=0|1` overrides, for measurement. Both give the same bits.
+//! - IQ2_S grid lookups without gathers (AVX-512 only): the 1024-entry code tables by permutes, two blocks at a
+//!   time, on Intel CPUs; an 8-byte load per entry elsewhere (`iq2_s_permutes`); `GGML_LOWBIT_IQ2S_PERMUTES=0|1`
+//!   overrides. Both give the same bits.
 //! - Q1_0 tile quants (AVX-512 only): by zero-masked loads on Intel CPUs, by a zero-masking move elsewhere
 //!   (`q1_tile_masked_loads`); `GGML_LOWBIT_Q1_MASKED_LOADS=0|1` overrides. Both give the same bits.
 //!
@@ -248,6 +251,17 @@ pub fn iq_gathers() -> bool {
     })
 }
 
+/// Whether the AVX-512 IQ2_S kernel without gathers looks its grid codes up by permutes, two blocks at a time
+/// (`IqPairDecode for BlockIQ2S`: eight `vpermi2b` per code table for 64 indices), instead of an 8-byte load
+/// and insert per entry: on Intel CPUs, whose one shuffle port the loads' inserts fill (Ice Lake Xeon,
+/// 2026-12-03: 1.09–1.27× faster than the loads in minutes when the host slowed stock, 0.94–1.08× in quiet ones,
+/// `docs/PERFORMANCE.md`); not on AMD, where the one-block permute lookup measured slower than the loads and the
+/// two-block one is unmeasured. `GGML_LOWBIT_IQ2S_PERMUTES=0|1` overrides. Decided once.
+pub fn iq2_s_permutes() -> bool {
+    static PERMUTES: OnceLock<bool> = OnceLock::new();
+    *PERMUTES.get_or_init(|| env_flag("GGML_LOWBIT_IQ2S_PERMUTES").unwrap_or_else(cpu_is_intel))
+}
+
 /// Whether the AVX-512 Q1_0 tile kernel reads each row's quants of a column by zero-masked loads (the row's sign
 /// bits as the mask, `vmovdqu8 {k}{z}` from the prepared column) instead of making the bytes `2·bit` with a
 /// zero-masking move: on Intel CPUs, where a masked load needs only a load port while the move takes one of the
@@ -268,6 +282,8 @@ pub struct KernelChoices {
     pub iq_gather: bool,
     /// Q1_0 tile quants by masked loads (`q1_tile_masked_loads`).
     pub q1_masked_loads: bool,
+    /// IQ2_S grid codes by permutes where there are no gathers (`iq2_s_permutes`).
+    pub iq2_s_permutes: bool,
 }
 
 impl KernelChoices {
@@ -276,6 +292,7 @@ impl KernelChoices {
         KernelChoices {
             iq_gather: iq_gathers(),
             q1_masked_loads: q1_tile_masked_loads(),
+            iq2_s_permutes: iq2_s_permutes(),
         }
     }
 
@@ -283,7 +300,11 @@ impl KernelChoices {
     pub fn describe(&self) -> String {
         format!(
             "IQ2 grid entries by {}, Q1_0 tile quants by {}",
-            if self.iq_gather { "gathers" } else { "lookups" },
+            match (self.iq_gather, self.iq2_s_permutes) {
+                (true, _) => "gathers",
+                (false, true) => "lookups (IQ2_S's by permutes)",
+                (false, false) => "lookups (IQ2_S's by loads)",
+            },
             if self.q1_masked_loads {
                 "masked loads"
             } else {
@@ -396,7 +417,7 @@ fn avx512_iq<B: IqFormat>(haswell: bool, gather: bool) -> IqDot<B> {
     }
 }
 
-/// The AVX-512 kernel of an IQ2 format that decodes two blocks at once (IQ2_XXS, IQ2_XS): with gathers as
+/// The AVX-512 kernel of an IQ2 format that decodes two blocks at once (IQ2_XXS, IQ2_XS, IQ2_S): with gathers as
 /// `avx512_iq`, else its lookups two blocks at a time (`vec_dot_iq_pairs_q8_k`).
 #[cfg(target_arch = "x86_64")]
 fn avx512_iq_pairs<B: IqFormat + crate::arch::x86::avx512::IqPairDecode>(
@@ -452,20 +473,23 @@ impl Kernels {
     /// choice runs; elsewhere the one table. Tests and `bits` run all of them, since each must give stock's bits
     /// on every CPU.
     pub fn every_variant(isa: Isa, order: FloatOrder) -> Vec<Kernels> {
-        let choices: &[bool] = if isa.min(detected_isa()) == Isa::Avx512 {
-            &[true, false]
-        } else {
-            &[false]
+        let choices = |iq_gather, q1_masked_loads, iq2_s_permutes| KernelChoices {
+            iq_gather,
+            q1_masked_loads,
+            iq2_s_permutes,
         };
-        choices
-            .iter()
-            .map(|&on| {
-                let choices = KernelChoices {
-                    iq_gather: on,
-                    q1_masked_loads: on,
-                };
-                Kernels::with_choices(isa, order, choices)
-            })
+        // Every form at least once: with gathers IQ2_S does not use its permutes.
+        let all: &[KernelChoices] = if isa.min(detected_isa()) == Isa::Avx512 {
+            &[
+                choices(true, true, false),
+                choices(false, false, false),
+                choices(false, false, true),
+            ]
+        } else {
+            &[choices(false, false, false)]
+        };
+        all.iter()
+            .map(|&c| Kernels::with_choices(isa, order, c))
             .collect()
     }
 
@@ -551,7 +575,11 @@ impl Kernels {
                         },
                         vec_dot_iq2_xxs_q8_k: avx512_iq_pairs(haswell, choices.iq_gather),
                         vec_dot_iq2_xs_q8_k: avx512_iq_pairs(haswell, choices.iq_gather),
-                        vec_dot_iq2_s_q8_k: avx512_iq(haswell, choices.iq_gather),
+                        vec_dot_iq2_s_q8_k: if choices.iq2_s_permutes {
+                            avx512_iq_pairs(haswell, choices.iq_gather)
+                        } else {
+                            avx512_iq(haswell, choices.iq_gather)
+                        },
                         vec_dot_iq3_xxs_q8_k: avx512_iq(haswell, choices.iq_gather),
                         vec_dot_iq3_s_q8_k: avx512_iq(haswell, choices.iq_gather),
                         quantize_row_q8_k: avx512::quantize_row_q8_k,

@@ -97,8 +97,8 @@ pub const IQ3S_LEVELS: [u8; 8] = [1, 3, 5, 7, 9, 11, 13, 15];
 /// A grid as per-entry codes: each magnitude byte replaced by its level number (2 bits for the three IQ2
 /// levels, 3 for the eight IQ3 ones), packed from the entry's first byte up (16 or 12 bits per entry), split
 /// into a table of low bytes and one of high bytes. The AVX-512 kernels look entries up in these with byte
-/// permutes instead of loading them one by one (not IQ2_S: its 1024 entries need eight permutes per table,
-/// slower than loads).
+/// permutes instead of loading them one by one (IQ2_S's 1024 entries, eight permutes per table, only two blocks
+/// at a time and only on Intel CPUs: `dispatch::iq2_s_permutes`).
 pub struct GridCodes<const N: usize> {
     pub lo: [u8; N],
     pub hi: [u8; N],
@@ -141,6 +141,7 @@ const fn grid_codes<const N: usize>(bytes: &[u8], width: usize, levels: &[u8]) -
 
 pub static IQ2XXS_CODES: GridCodes<256> = grid_codes(GRID_TABLES[0].bytes, 8, &IQ2_LEVELS);
 pub static IQ2XS_CODES: GridCodes<512> = grid_codes(GRID_TABLES[1].bytes, 8, &IQ2_LEVELS);
+pub static IQ2S_CODES: GridCodes<1024> = grid_codes(GRID_TABLES[2].bytes, 8, &IQ2_LEVELS);
 pub static IQ3XXS_CODES: GridCodes<256> = grid_codes(GRID_TABLES[3].bytes, 4, &IQ3XXS_LEVELS);
 pub static IQ3S_CODES: GridCodes<512> = grid_codes(GRID_TABLES[4].bytes, 4, &IQ3S_LEVELS);
 
@@ -202,6 +203,7 @@ mod tests {
         }
         check(&IQ2XXS_CODES, 8, &IQ2_LEVELS, GRID_TABLES[0].bytes);
         check(&IQ2XS_CODES, 8, &IQ2_LEVELS, GRID_TABLES[1].bytes);
+        check(&IQ2S_CODES, 8, &IQ2_LEVELS, GRID_TABLES[2].bytes);
         check(&IQ3XXS_CODES, 4, &IQ3XXS_LEVELS, GRID_TABLES[3].bytes);
         check(&IQ3S_CODES, 4, &IQ3S_LEVELS, GRID_TABLES[4].bytes);
     }

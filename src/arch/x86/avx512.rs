@@ -31,8 +31,8 @@ use crate::formats::iq2_xxs::BlockIQ2XXS;
 use crate::formats::iq3_s::BlockIQ3S;
 use crate::formats::iq3_xxs::BlockIQ3XXS;
 use crate::formats::iq_grids::{
-    GridCodes, IQ2S_GRID, IQ2XS_CODES, IQ2XS_GRID, IQ2XXS_CODES, IQ2XXS_GRID, IQ2_LEVELS,
-    IQ3S_CODES, IQ3S_LEVELS, IQ3XXS_CODES, IQ3XXS_LEVELS, KSIGNS_IQ2XS,
+    GridCodes, IQ2S_CODES, IQ2S_GRID, IQ2XS_CODES, IQ2XS_GRID, IQ2XXS_CODES, IQ2XXS_GRID,
+    IQ2_LEVELS, IQ3S_CODES, IQ3S_LEVELS, IQ3XXS_CODES, IQ3XXS_LEVELS, KSIGNS_IQ2XS,
 };
 use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
 use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
@@ -1991,8 +1991,8 @@ pub trait IqDecode: IqBlock {
 }
 
 /// The grid entries of 32 indices held four to a qword in `words` (16 bits each), each one scalar load from
-/// `table`, eight assembled per zmm. For IQ2_S's 1024-entry grid this beats the permute lookup
-/// (`lookup_bytes` needs eight `vpermi2b` per code table there); taking the indices out four at a time as
+/// `table`, eight assembled per zmm: IQ2_S's lookup on AMD (`dispatch::iq2_s_permutes`), where this beat the
+/// permute lookup of one block (`lookup_bytes` needs eight `vpermi2b` per code table there); taking the indices out four at a time as
 /// qwords and splitting them with shifts costs fewer shuffle micro-ops than a `vpextrw` per index. Each pair of
 /// entries is a `vmovq` and a `vpinsrq` from memory, written out: the compiler's `vmovq` pair and `vpunpcklqdq`
 /// is one instruction more per pair (Zen 5, 2026-12-02: IQ2_S 1.40–1.47× stock against 1.31–1.41×).
@@ -2665,6 +2665,58 @@ impl IqDecode for BlockIQ2XXS {
     }
 }
 
+impl IqPairDecode for BlockIQ2S {
+    /// Not ahead: the 32 table vectors and a decoded pair carried across the loop left the compiler spilling
+    /// every iteration (Ice Lake Xeon: 10–16 % slower than decoding each pair where it is used in five of six
+    /// paired runs, 3 % faster in the sixth).
+    const DECODE_AHEAD: bool = false;
+    /// Both blocks' 64 grid indices in one vector (byte `2e` block `a`'s index `e`, byte `2e + 1` block `b`'s:
+    /// their low bytes by one `vpermi2b`, bits 8 and 9 as k-masks from the two `qh` qwords), looked up in the
+    /// 1024-entry code tables (`lookup_bytes`: eight `vpermi2b` per table and a tree of seven blends) once for
+    /// both blocks, where the loads take 32 scalar loads and their inserts per block; the codes come back
+    /// interleaved and become each block's code words by a shift and a blend, expanded as IQ2_XS's. Signs and
+    /// scales as `IqDecode`.
+    #[inline(always)]
+    unsafe fn decode_pair(a: &Self, b: &Self) -> [IqDecoded; 2] {
+        // SAFETY (whole body): 32-byte loads of the two blocks' `qs[0..32]` and their `qh`; every index is 10
+        // bits, inside the 1024-entry tables; features are enabled by the calling kernel.
+        unsafe {
+            let la = _mm512_castsi256_si512(_mm256_loadu_si256(a.qs.as_ptr() as *const __m256i));
+            let lb = _mm512_castsi256_si512(_mm256_loadu_si256(b.qs.as_ptr() as *const __m256i));
+            let ctrl = _mm512_loadu_si512(INTERLEAVE_LOW_HALVES.as_ptr() as *const _);
+            let idx = _mm512_permutex2var_epi8(la, ctrl, lb);
+            // Index e's bits 8 and 9 are bits 2e and 2e + 1 of `qh`.
+            const EVEN: u64 = 0x5555_5555_5555_5555;
+            let (qa, qb) = (u64::from_le_bytes(a.qh), u64::from_le_bytes(b.qh));
+            let high = [
+                (qa & EVEN) | (qb & EVEN) << 1,
+                (qa >> 1 & EVEN) | (qb & !EVEN),
+            ];
+            let lo = lookup_bytes::<8>(IQ2S_CODES.lo.as_ptr(), idx, high);
+            let hi = lookup_bytes::<8>(IQ2S_CODES.hi.as_ptr(), idx, high);
+            let codes_a = _mm512_mask_blend_epi8(ODD_BYTES, lo, _mm512_slli_epi16::<8>(hi));
+            let codes_b = _mm512_mask_blend_epi8(ODD_BYTES, _mm512_srli_epi16::<8>(lo), hi);
+            decoded_pair(
+                [a, b],
+                [iq2_word_magnitudes(codes_a), iq2_word_magnitudes(codes_b)],
+                [a.sign_bytes(), b.sign_bytes()],
+            )
+        }
+    }
+}
+
+/// `vpermi2b` control interleaving the low 32 bytes of two vectors: byte `2e` from the first, `2e + 1` from
+/// the second.
+static INTERLEAVE_LOW_HALVES: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut j = 0;
+    while j < 64 {
+        t[j] = if j % 2 == 0 { j / 2 } else { 64 + j / 2 } as u8;
+        j += 1;
+    }
+    t
+};
+
 impl IqPairDecode for BlockIQ2XXS {
     /// Block `b`'s index dwords moved into the high dwords of `a`'s chunks (which hold `a`'s sign and scale
     /// fields, looked up for nothing by `magnitudes`): one lookup of both blocks' 64 indices (two `vpermi2b` per
@@ -2821,6 +2873,8 @@ pub(crate) trait IqPairDecode: IqDecode {
     /// # Safety
     /// Only inside `vec_dot_iq_pairs_q8_k`, which enables the features these use.
     unsafe fn decode_pair(a: &Self, b: &Self) -> [IqDecoded; 2];
+    /// Whether pair `k + 1` is decoded before pair `k`'s products (so its lookups overlap them).
+    const DECODE_AHEAD: bool = true;
 }
 
 /// The sixteen i32 partials of one IQ block against its q8_K block (lanes 0..8 the even 32-weight chunks,
@@ -2894,7 +2948,8 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool, const GATHER: bo
 }
 
 /// `vec_dot_iq_q8_k` without gathers for a format that decodes two blocks at once (`IqPairDecode`): pair
-/// `k + 1` is decoded while pair `k`'s products are computed; an odd last block is decoded alone. The
+/// `k + 1` is decoded while pair `k`'s products are computed (where `DECODE_AHEAD`); an odd last block is
+/// decoded alone. The
 /// products and float steps are `vec_dot_iq_q8_k`'s, block by block in order, so the bits are the same.
 ///
 /// # Safety
@@ -2910,7 +2965,14 @@ pub(crate) unsafe fn vec_dot_iq_pairs_q8_k<B: IqPairDecode, const HASWELL: bool>
     unsafe {
         let mut sums = IqRowSums::new();
         let (pairs, last) = x.as_chunks::<2>();
-        if let Some(first) = pairs.first() {
+        if !B::DECODE_AHEAD {
+            for (k, pair) in pairs.iter().enumerate() {
+                prefetch_ahead(pair.as_ptr() as *const u8, 2 * size_of::<B>());
+                let cur = B::decode_pair(&pair[0], &pair[1]);
+                sums.block::<B, HASWELL>(&cur[0], &pair[0], &y[2 * k]);
+                sums.block::<B, HASWELL>(&cur[1], &pair[1], &y[2 * k + 1]);
+            }
+        } else if let Some(first) = pairs.first() {
             let mut next = B::decode_pair(&first[0], &first[1]);
             for (k, pair) in pairs.iter().enumerate() {
                 prefetch_ahead(pair.as_ptr() as *const u8, 2 * size_of::<B>());
