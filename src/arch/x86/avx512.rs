@@ -2045,6 +2045,16 @@ unsafe fn lookup_bytes<const SLICES: usize>(
 ) -> __m512i {
     // SAFETY (whole body): loads of 64-byte halves of the table's slices, inside it by the caller's contract.
     unsafe {
+        // IQ2_S's tables (32 vectors, more than the registers): an opaque pointer, so the compiler loads them
+        // inside the loop as the permutes' memory operands instead of hoisting all 32 loads to the kernel's
+        // entry and spilling them to the stack there (a cost per row: rows of 16 blocks were no faster than
+        // the loads until this; Ice Lake Xeon, 2026-12-03). The smaller tables fit and stay hoisted (measured
+        // no faster with this).
+        let table = if SLICES == 8 {
+            std::hint::black_box(table)
+        } else {
+            table
+        };
         let masks = [_mm512_movepi8_mask(idx), high[0], high[1]];
         let mut parts = [_mm512_setzero_si512(); SLICES];
         for (s, part) in parts.iter_mut().enumerate() {
