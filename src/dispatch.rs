@@ -254,7 +254,7 @@ pub fn iq_gathers() -> bool {
 /// Whether the AVX-512 IQ2_S kernel without gathers looks its grid codes up by permutes, two blocks at a time
 /// (`IqPairDecode for BlockIQ2S`: eight `vpermi2b` per code table for 64 indices), instead of an 8-byte load
 /// and insert per entry: on Intel CPUs, whose one shuffle port the loads' inserts fill (Ice Lake Xeon,
-/// 2026-12-03: 1.09–1.27× faster than the loads in minutes when the host slowed stock, 0.94–1.08× in quiet ones,
+/// 2026-12-03: 1.03–1.14× faster than the loads in quiet minutes, 1.08–1.28× when the host slowed stock,
 /// `docs/PERFORMANCE.md`); not on AMD, where the one-block permute lookup measured slower than the loads and the
 /// two-block one is unmeasured. `GGML_LOWBIT_IQ2S_PERMUTES=0|1` overrides. Decided once.
 pub fn iq2_s_permutes() -> bool {
