@@ -468,9 +468,9 @@ impl Kernels {
         Kernels::with_choices(isa, order, KernelChoices::for_this_cpu())
     }
 
-    /// Every table the library may pick at `isa` on some CPU: at AVX-512 one with every CPU-dependent choice on
-    /// (the IQ2 grid gathers, the Q1_0 tiles' masked loads) and one with every one off, so each form of each
-    /// choice runs; elsewhere the one table. Tests and `bits` run all of them, since each must give stock's bits
+    /// Every table the library may pick at `isa` on some CPU: at AVX-512 one with the IQ2 grid gathers and the
+    /// Q1_0 tiles' masked loads, one with every CPU-dependent choice off and one with only IQ2_S's permutes
+    /// (which the gathers would bypass), so each form of each choice runs; elsewhere the one table. Tests and `bits` run all of them, since each must give stock's bits
     /// on every CPU.
     pub fn every_variant(isa: Isa, order: FloatOrder) -> Vec<Kernels> {
         let choices = |iq_gather, q1_masked_loads, iq2_s_permutes| KernelChoices {
@@ -478,7 +478,6 @@ impl Kernels {
             q1_masked_loads,
             iq2_s_permutes,
         };
-        // Every form at least once: with gathers IQ2_S does not use its permutes.
         let all: &[KernelChoices] = if isa.min(detected_isa()) == Isa::Avx512 {
             &[
                 choices(true, true, false),

@@ -1992,8 +1992,8 @@ pub trait IqDecode: IqBlock {
 
 /// The grid entries of 32 indices held four to a qword in `words` (16 bits each), each one scalar load from
 /// `table`, eight assembled per zmm: IQ2_S's lookup on AMD (`dispatch::iq2_s_permutes`), where this beat the
-/// permute lookup of one block (`lookup_bytes` needs eight `vpermi2b` per code table there); taking the indices out four at a time as
-/// qwords and splitting them with shifts costs fewer shuffle micro-ops than a `vpextrw` per index. Each pair of
+/// permute lookup of one block (`lookup_bytes` needs eight `vpermi2b` per code table there); taking the indices
+/// out four at a time as qwords and splitting them with shifts costs fewer shuffle micro-ops than a `vpextrw` per index. Each pair of
 /// entries is a `vmovq` and a `vpinsrq` from memory, written out: the compiler's `vmovq` pair and `vpunpcklqdq`
 /// is one instruction more per pair (Zen 5, 2026-12-02: IQ2_S 1.40–1.47× stock against 1.31–1.41×).
 ///
@@ -2676,9 +2676,8 @@ impl IqDecode for BlockIQ2XXS {
 }
 
 impl IqPairDecode for BlockIQ2S {
-    /// Not ahead: the 32 table vectors and a decoded pair carried across the loop left the compiler spilling
-    /// every iteration (Ice Lake Xeon: 10–16 % slower than decoding each pair where it is used in five of six
-    /// paired runs, 3 % faster in the sixth).
+    /// Not ahead: a decoded pair carried across the loop, next to the tables, left the compiler spilling every
+    /// iteration (Ice Lake Xeon: 11–19 % slower than decoding each pair where it is used, six paired runs).
     const DECODE_AHEAD: bool = false;
     /// Both blocks' 64 grid indices in one vector (byte `2e` block `a`'s index `e`, byte `2e + 1` block `b`'s:
     /// their low bytes by one `vpermi2b`, bits 8 and 9 as k-masks from the two `qh` qwords), looked up in the
@@ -2959,8 +2958,8 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool, const GATHER: bo
 
 /// `vec_dot_iq_q8_k` without gathers for a format that decodes two blocks at once (`IqPairDecode`): pair
 /// `k + 1` is decoded while pair `k`'s products are computed (where `DECODE_AHEAD`); an odd last block is
-/// decoded alone. The
-/// products and float steps are `vec_dot_iq_q8_k`'s, block by block in order, so the bits are the same.
+/// decoded alone. The products and float steps are `vec_dot_iq_q8_k`'s, block by block in order, so the bits
+/// are the same.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA, F16C and GFNI; `y.len() >= x.len()`.
