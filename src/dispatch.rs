@@ -470,8 +470,8 @@ impl Kernels {
 
     /// Every table the library may pick at `isa` on some CPU: at AVX-512 one with the IQ2 grid gathers and the
     /// Q1_0 tiles' masked loads, one with every CPU-dependent choice off and one with only IQ2_S's permutes
-    /// (which the gathers would bypass), so each form of each choice runs; elsewhere the one table. Tests and `bits` run all of them, since each must give stock's bits
-    /// on every CPU.
+    /// (which the gathers would bypass), so each form of each choice runs; elsewhere the one table. Tests and
+    /// `bits` run all of them, since each must give stock's bits on every CPU.
     pub fn every_variant(isa: Isa, order: FloatOrder) -> Vec<Kernels> {
         let choices = |iq_gather, q1_masked_loads, iq2_s_permutes| KernelChoices {
             iq_gather,
