@@ -1994,8 +1994,9 @@ pub trait IqDecode: IqBlock {
 /// `table`, eight assembled per zmm: IQ2_S's lookup on AMD (`dispatch::iq2_s_permutes`), where this beat the
 /// permute lookup of one block (`lookup_bytes` needs eight `vpermi2b` per code table there); taking the indices
 /// out four at a time as qwords and splitting them with shifts costs fewer shuffle micro-ops than a `vpextrw`
-/// per index. Each pair of entries is a `vmovq` and a `vpinsrq` from memory, written out: the compiler's `vmovq` pair and `vpunpcklqdq`
-/// is one instruction more per pair (Zen 5, 2026-12-02: IQ2_S 1.40–1.47× stock against 1.31–1.41×).
+/// per index. Each pair of entries is a `vmovq` and a `vpinsrq` from memory, written out: the compiler's `vmovq`
+/// pair and `vpunpcklqdq` is one instruction more per pair (Zen 5, 2026-12-02: IQ2_S 1.40–1.47× stock against
+/// 1.31–1.41×).
 ///
 /// # Safety
 /// Every index is inside `table`.
