@@ -75,7 +75,8 @@ pub fn detected_isa() -> Isa {
                 && has!("avx512vl")
                 && has!("avx512vnni")
                 && has!("avx512vbmi")
-                && has!("gfni");
+                && has!("gfni")
+                && has!("bmi2");
             if avx512 {
                 return Isa::Avx512;
             }

@@ -1988,6 +1988,20 @@ pub trait IqDecode: IqBlock {
     /// # Safety
     /// As `magnitudes`.
     unsafe fn scale_bytes(&self) -> __m128i;
+    /// The block's scales as the products take them: by default its sixteen scale words (`scale_bytes`);
+    /// formats whose scales are the 4-bit fields of one word give that word (`BlockScales::Nibbles`).
+    ///
+    /// # Safety
+    /// As `magnitudes`.
+    #[inline(always)]
+    unsafe fn block_scales(&self) -> BlockScales {
+        // SAFETY: the caller's contract.
+        unsafe {
+            BlockScales::Words(_mm512_castsi256_si512(_mm256_cvtepu8_epi16(
+                self.scale_bytes(),
+            )))
+        }
+    }
 }
 
 /// The grid entries of 32 indices held four to a qword in `words` (16 bits each), each one scalar load from
@@ -2457,6 +2471,14 @@ impl IqDecode for BlockIQ2S {
         // SAFETY: an 8-byte load of `scales`.
         unsafe { nibble_scales(_mm_loadl_epi64(self.scales.as_ptr() as *const __m128i)) }
     }
+    #[inline(always)]
+    unsafe fn block_scales(&self) -> BlockScales {
+        // SAFETY: an 8-byte load of `scales`; features are enabled by the calling kernel.
+        unsafe {
+            let q = _mm512_set1_epi64(u64::from_le_bytes(self.scales) as i64);
+            BlockScales::Nibbles(q, &IQ2_NIBBLE_SCALE_SHIFT)
+        }
+    }
 }
 
 impl IqDecode for BlockIQ2XS {
@@ -2506,6 +2528,14 @@ impl IqDecode for BlockIQ2XS {
         // SAFETY: an 8-byte load of `scales`.
         unsafe { nibble_scales(_mm_loadl_epi64(self.scales.as_ptr() as *const __m128i)) }
     }
+    #[inline(always)]
+    unsafe fn block_scales(&self) -> BlockScales {
+        // SAFETY: an 8-byte load of `scales`; features are enabled by the calling kernel.
+        unsafe {
+            let q = _mm512_set1_epi64(u64::from_le_bytes(self.scales) as i64);
+            BlockScales::Nibbles(q, &IQ2_NIBBLE_SCALE_SHIFT)
+        }
+    }
 }
 
 /// The odd bytes of a zmm, as a k-mask.
@@ -2526,6 +2556,74 @@ unsafe fn iq2_word_magnitudes(codes: __m512i) -> [__m512i; 4] {
             let numbers =
                 _mm512_multishift_epi64_epi8(shift, _mm512_permutexvar_epi16(pick, codes));
             *o = level_magnitudes::<{ IQ2_AFFINE.1 as i32 }>(Levels::Affine(IQ2_AFFINE.0), numbers);
+        }
+        out
+    }
+}
+
+/// `vpermi2b` controls taking a pair's interleaved code bytes (`lo` and `hi` from the lookup of an index vector
+/// whose byte `2e` is block `a`'s index `e` and byte `2e + 1` block `b`'s) to block `blk`'s codes grouped for the
+/// expansion: word `w` of qword `k` holds the code of entry `8w + k`, so qword `k` of every 64-weight group `w`
+/// is already in place and the expansion needs no `vpermw`.
+const fn iq2_pair_code_pick(stride: usize, offset: usize) -> [u8; 64] {
+    let mut t = [0u8; 64];
+    let mut k = 0;
+    while k < 8 {
+        let mut w = 0;
+        while w < 4 {
+            let at = stride * (8 * w + k) + offset;
+            t[8 * k + 2 * w] = at as u8;
+            t[8 * k + 2 * w + 1] = (64 + at) as u8;
+            w += 1;
+        }
+        k += 1;
+    }
+    t
+}
+static IQ2_PAIR_CODE_PICK: [[u8; 64]; 2] = [iq2_pair_code_pick(2, 0), iq2_pair_code_pick(2, 1)];
+static IQ2_HALVES_CODE_PICK: [[u8; 64]; 2] = [iq2_pair_code_pick(1, 0), iq2_pair_code_pick(1, 32)];
+
+/// IQ2 expansion from grouped codes (`IQ2_PAIR_CODE_PICK`), `vpmultishiftqb` control for 64-weight group `c`:
+/// byte `j` of each qword takes the bits from `16c + 2j` (word `c`'s level number `j` in its low two bits).
+static IQ2_GROUPED_SHIFT: [[u8; 64]; 4] = {
+    let mut t = [[0u8; 64]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut b = 0;
+        while b < 64 {
+            t[c][b] = (16 * c + 2 * (b % 8)) as u8;
+            b += 1;
+        }
+        c += 1;
+    }
+    t
+};
+
+/// The magnitudes of blocks `a` and `b` from their interleaved code bytes (`IQ2_PAIR_CODE_PICK`): per block one
+/// `vpermi2b` groups its codes, then per 64 weights one `vpmultishiftqb` and one `vgf2p8affineqb`. Against
+/// `iq2_word_magnitudes` of each block's code words this trades two shifts, two blends and eight `vpermw` for
+/// two `vpermi2b`: the shuffle port is what these kernels are short of (a `vpermi2b` occupies it two cycles and
+/// a `vpermw` one on the Ice Lake Xeon measured).
+#[inline(always)]
+unsafe fn iq2_pair_magnitudes(
+    picks: &[[u8; 64]; 2],
+    lo: __m512i,
+    hi: __m512i,
+) -> [[__m512i; 4]; 2] {
+    // SAFETY (whole body): loads of static 64-byte controls; features are enabled by the calling kernel.
+    unsafe {
+        let mut out = [[_mm512_setzero_si512(); 4]; 2];
+        for (blk, o) in out.iter_mut().enumerate() {
+            let pick = _mm512_loadu_si512(picks[blk].as_ptr() as *const _);
+            let codes = _mm512_permutex2var_epi8(lo, pick, hi);
+            for (c, m) in o.iter_mut().enumerate() {
+                let shift = _mm512_loadu_si512(IQ2_GROUPED_SHIFT[c].as_ptr() as *const _);
+                let numbers = _mm512_multishift_epi64_epi8(shift, codes);
+                *m = level_magnitudes::<{ IQ2_AFFINE.1 as i32 }>(
+                    Levels::Affine(IQ2_AFFINE.0),
+                    numbers,
+                );
+            }
         }
         out
     }
@@ -2566,8 +2664,7 @@ impl IqPairDecode for BlockIQ2XS {
             let high = [_mm512_movepi8_mask(bit8), 0];
             let lo = lookup_bytes::<4>(IQ2XS_CODES.lo.as_ptr(), idx, high);
             let hi = lookup_bytes::<4>(IQ2XS_CODES.hi.as_ptr(), idx, high);
-            let codes_a = _mm512_mask_blend_epi8(ODD_BYTES, lo, _mm512_slli_epi16::<8>(hi));
-            let codes_b = _mm512_mask_blend_epi8(ODD_BYTES, _mm512_srli_epi16::<8>(lo), hi);
+            let [ma, mb] = iq2_pair_magnitudes(&IQ2_PAIR_CODE_PICK, lo, hi);
             // Sign field (bits 9..15 of each word): `a`'s in the even bytes, `b`'s in the odd ones.
             let fields = _mm512_mask_blend_epi8(
                 ODD_BYTES,
@@ -2578,7 +2675,7 @@ impl IqPairDecode for BlockIQ2XS {
             let signs = _mm512_permutexvar_epi8(split, ksigns(fields));
             decoded_pair(
                 [a, b],
-                [iq2_word_magnitudes(codes_a), iq2_word_magnitudes(codes_b)],
+                [ma, mb],
                 [
                     SignBytes::Computed(_mm512_castsi512_si256(signs)),
                     SignBytes::Computed(_mm512_extracti64x4_epi64::<1>(signs)),
@@ -2692,40 +2789,26 @@ impl IqPairDecode for BlockIQ2S {
         // bits, inside the 1024-entry tables; features are enabled by the calling kernel.
         unsafe {
             let la = _mm512_castsi256_si512(_mm256_loadu_si256(a.qs.as_ptr() as *const __m256i));
-            let lb = _mm512_castsi256_si512(_mm256_loadu_si256(b.qs.as_ptr() as *const __m256i));
-            let ctrl = _mm512_loadu_si512(INTERLEAVE_LOW_HALVES.as_ptr() as *const _);
-            let idx = _mm512_permutex2var_epi8(la, ctrl, lb);
+            let lb = _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i);
+            let idx = _mm512_inserti64x4::<1>(la, lb);
             // Index e's bits 8 and 9 are bits 2e and 2e + 1 of `qh`.
             const EVEN: u64 = 0x5555_5555_5555_5555;
             let (qa, qb) = (u64::from_le_bytes(a.qh), u64::from_le_bytes(b.qh));
+            use std::arch::x86_64::_pext_u64 as pext;
             let high = [
-                (qa & EVEN) | (qb & EVEN) << 1,
-                (qa >> 1 & EVEN) | (qb & !EVEN),
+                pext(qa, EVEN) | pext(qb, EVEN) << 32,
+                pext(qa, !EVEN) | pext(qb, !EVEN) << 32,
             ];
             let lo = lookup_bytes::<8>(IQ2S_CODES.lo.as_ptr(), idx, high);
             let hi = lookup_bytes::<8>(IQ2S_CODES.hi.as_ptr(), idx, high);
-            let codes_a = _mm512_mask_blend_epi8(ODD_BYTES, lo, _mm512_slli_epi16::<8>(hi));
-            let codes_b = _mm512_mask_blend_epi8(ODD_BYTES, _mm512_srli_epi16::<8>(lo), hi);
             decoded_pair(
                 [a, b],
-                [iq2_word_magnitudes(codes_a), iq2_word_magnitudes(codes_b)],
+                iq2_pair_magnitudes(&IQ2_HALVES_CODE_PICK, lo, hi),
                 [a.sign_bytes(), b.sign_bytes()],
             )
         }
     }
 }
-
-/// `vpermi2b` control interleaving the low 32 bytes of two vectors: byte `2e` from the first, `2e + 1` from
-/// the second.
-static INTERLEAVE_LOW_HALVES: [u8; 64] = {
-    let mut t = [0u8; 64];
-    let mut j = 0;
-    while j < 64 {
-        t[j] = if j % 2 == 0 { j / 2 } else { 64 + j / 2 } as u8;
-        j += 1;
-    }
-    t
-};
 
 impl IqPairDecode for BlockIQ2XXS {
     /// Block `b`'s index dwords moved into the high dwords of `a`'s chunks (which hold `a`'s sign and scale
@@ -2815,16 +2898,63 @@ impl IqDecode for BlockIQ3S {
             _mm_unpacklo_epi8(pairs, pairs)
         }
     }
+    #[inline(always)]
+    unsafe fn block_scales(&self) -> BlockScales {
+        // SAFETY: a 4-byte load of `scales`; features are enabled by the calling kernel.
+        unsafe {
+            let q = _mm512_set1_epi32(i32::from_le_bytes(self.scales));
+            BlockScales::Nibbles(q, &IQ3S_NIBBLE_SCALE_SHIFT)
+        }
+    }
 }
 
 /// Scale words for 64-weight group `c` of a block: `vpermw` index into the sixteen scales as words; 128-bit
 /// lane `k` of group `c` (elements `64c + 16k..+16`) takes scale `4c + k`.
 const IQ_SCALE_PERM: [[u16; 32]; 4] = group_words(4, 8);
 
-/// One IQ block decoded: its scales as words, its four groups' magnitude bytes and sign masks.
+/// A block's scales for `iq_block_partials`.
+#[derive(Clone, Copy)]
+pub enum BlockScales {
+    /// The sixteen scales `2n + 1` as words, each group's taken by one `vpermw` (`IQ_SCALE_PERM`).
+    Words(__m512i),
+    /// The scale fields `n` (4 bits each) of one word, broadcast to every qword, with the `vpmultishiftqb`
+    /// controls that put each lane's field at bit 1 of every word of the lane; one `vpternlogd` then makes the
+    /// words `2n + 1` (`(x & 0x1e) | 1`). Two operations per group, one of them a shuffle, where the words
+    /// cost seven per block (two shuffles) and a shuffle per group.
+    Nibbles(__m512i, &'static [[u8; 64]; 4]),
+}
+
+/// `vpmultishiftqb` controls for `BlockScales::Nibbles`, group `c`: the low byte of each word of 128-bit lane `l`
+/// takes the 8 bits from one below field `nibbles_per_group·c + l / lanes_per_field` (bit `4m − 1`, wrapping to
+/// bit 63 for field 0), so the field lands at bit 1; the high bytes are cleared by the `vpternlogd`.
+const fn nibble_scale_shift(nibbles_per_group: usize, lanes_per_field: usize) -> [[u8; 64]; 4] {
+    let mut t = [[0u8; 64]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut b = 0;
+        while b < 64 {
+            let m = nibbles_per_group * c + (b / 16) / lanes_per_field;
+            t[c][b] = if b % 2 == 0 {
+                ((4 * m + 63) % 64) as u8
+            } else {
+                0
+            };
+            b += 1;
+        }
+        c += 1;
+    }
+    t
+}
+
+/// IQ2_XS and IQ2_S: sixteen fields, one per 16 elements; IQ3_S: eight, one per 32 (its 4-byte word is broadcast
+/// as dwords, so each qword holds it twice and bit 63 is the field 7's top bit, cleared like the rest).
+static IQ2_NIBBLE_SCALE_SHIFT: [[u8; 64]; 4] = nibble_scale_shift(4, 1);
+static IQ3S_NIBBLE_SCALE_SHIFT: [[u8; 64]; 4] = nibble_scale_shift(2, 2);
+
+/// One IQ block decoded: its scales, its four groups' magnitude bytes and sign masks.
 #[derive(Clone, Copy)]
 pub(crate) struct IqDecoded {
-    s16: __m512i,
+    scales: BlockScales,
     magnitudes: [__m512i; 4],
     signs: SignBytes,
 }
@@ -2837,19 +2967,11 @@ unsafe fn iq_decode_block<B: IqDecode, const GATHER: bool>(b: &B) -> IqDecoded {
     // the calling kernel.
     unsafe {
         IqDecoded {
-            s16: block_scale_words(b),
+            scales: b.block_scales(),
             magnitudes: b.magnitudes::<GATHER>(),
             signs: b.sign_bytes(),
         }
     }
-}
-
-/// The block's sixteen scales as words, once per block, so each group's scale words are one `vpermw` (a
-/// zero-masked `vpermb` on the bytes costs the compiler a `vpermb` and a `vpandq`).
-#[inline(always)]
-unsafe fn block_scale_words<B: IqDecode>(b: &B) -> __m512i {
-    // SAFETY: the decoder reads its own block; features are enabled by the calling kernel.
-    unsafe { _mm512_castsi256_si512(_mm256_cvtepu8_epi16(b.scale_bytes())) }
 }
 
 /// Blocks `a` and `b` decoded from their magnitudes and signs, with each block's scale words.
@@ -2863,12 +2985,12 @@ unsafe fn decoded_pair<B: IqDecode>(
     unsafe {
         [
             IqDecoded {
-                s16: block_scale_words(a),
+                scales: a.block_scales(),
                 magnitudes: ma,
                 signs: sa,
             },
             IqDecoded {
-                s16: block_scale_words(b),
+                scales: b.block_scales(),
                 magnitudes: mb,
                 signs: sb,
             },
@@ -2884,7 +3006,7 @@ pub(crate) trait IqPairDecode: IqDecode {
     /// Only inside `vec_dot_iq_pairs_q8_k`, which enables the features these use.
     unsafe fn decode_pair(a: &Self, b: &Self) -> [IqDecoded; 2];
     /// Whether pair `k + 1` is decoded before pair `k`'s products (so its lookups overlap them).
-    const DECODE_AHEAD: bool = true;
+    const DECODE_AHEAD: bool = false;
 }
 
 /// The sixteen i32 partials of one IQ block against its q8_K block (lanes 0..8 the even 32-weight chunks,
@@ -2917,12 +3039,47 @@ unsafe fn iq_block_partials<const HASWELL: bool>(
             }
             let q8s = _mm512_mask_sub_epi8(q8, neg, _mm512_setzero_si512(), q8);
             let pairs = _mm512_maddubs_epi16(magnitudes, q8s);
-            let perm = _mm512_loadu_si512(IQ_SCALE_PERM[c].as_ptr() as *const _);
-            let scale = _mm512_permutexvar_epi16(perm, d.s16);
-            acc = _mm512_dpwssd_epi32(acc, pairs, scale);
+            let scale = match d.scales {
+                BlockScales::Words(s16) => {
+                    let perm = _mm512_loadu_si512(IQ_SCALE_PERM[c].as_ptr() as *const _);
+                    _mm512_permutexvar_epi16(perm, s16)
+                }
+                BlockScales::Nibbles(q, shift) => {
+                    let ctrl = _mm512_loadu_si512(shift[c].as_ptr() as *const _);
+                    _mm512_ternarylogic_epi32::<0xea>(
+                        _mm512_multishift_epi64_epi8(ctrl, q),
+                        _mm512_set1_epi16(0x1e),
+                        _mm512_set1_epi16(1),
+                    )
+                }
+            };
+            acc = dpwssd_in_place(acc, pairs, scale);
         }
         acc
     }
+}
+
+/// `vpdpwssd` as one instruction: LLVM splits a chain of `_mm512_dpwssd_epi32` into `vpmaddwd` and `vpaddd`
+/// pairs to shorten its latency (six of a pair's eight in the IQ kernels), one 512-bit operation more each,
+/// where these kernels are short of vector ports rather than of parallel work.
+///
+/// # Safety
+/// The CPU must have AVX-512 VNNI.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn dpwssd_in_place(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    let mut acc = acc;
+    // SAFETY: a register operation on `acc`, `a` and `b`; the caller's contract gives the feature.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {acc}, {a}, {b}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        )
+    };
+    acc
 }
 
 /// `ggml_vec_dot_*_q8_K` of an IQ format in the haswell build's eight-lane order (`HASWELL`) or the x64
@@ -2963,8 +3120,11 @@ pub unsafe fn vec_dot_iq_q8_k<B: IqDecode, const HASWELL: bool, const GATHER: bo
 /// are the same.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA, F16C and GFNI; `y.len() >= x.len()`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni")]
+/// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA, F16C, GFNI and BMI2 (IQ2_S's `pext`);
+/// `y.len() >= x.len()`.
+#[target_feature(
+    enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c,gfni,bmi2"
+)]
 pub(crate) unsafe fn vec_dot_iq_pairs_q8_k<B: IqPairDecode, const HASWELL: bool>(
     x: &[B],
     y: &[BlockQ8K],
