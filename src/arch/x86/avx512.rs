@@ -136,17 +136,19 @@ unsafe fn reduce_group_partials(v: [__m512i; 8]) -> __m512i {
 
 /// Where `group_d1` finds each lane's scale: per pair `j` of 64-byte loads, the lanes it fills (a word mask) and
 /// each lane's word index inside the pair. Built at compile time from a lane order (`order[l]`: the q8_0 block
-/// whose scale lane `l` holds).
+/// whose scale lane `l` holds). The index vectors first and 64-byte aligned, so no load of them splits a cache
+/// line.
+#[repr(C, align(64))]
 struct D1Tables {
-    masks: [u32; 4],
     idx: [[u16; 32]; 4],
+    masks: [u32; 4],
 }
 
 impl D1Tables {
     const fn new(order: [usize; 16]) -> D1Tables {
         let mut t = D1Tables {
-            masks: [0; 4],
             idx: [[0; 32]; 4],
+            masks: [0; 4],
         };
         let mut l = 0;
         while l < 16 {
@@ -612,7 +614,7 @@ pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
 /// Where `batch_block_scales` finds block `p`'s f16 scale (at byte `BYTES·p + D0_AT` of four blocks): the word
 /// index into the pair of 64-byte loads at bytes 0 and `second`, in the form `vpermt2w` takes (≥ 32: the second).
 /// Every scale must be word-aligned and inside one of the two loads, and the loads inside the four blocks.
-const fn scale_words(bytes: usize, d0_at: usize) -> (usize, [u16; 32]) {
+const fn scale_words(bytes: usize, d0_at: usize) -> (usize, Align64<[u16; 32]>) {
     let span = 4 * bytes;
     assert!(span >= 64 && bytes.is_multiple_of(2) && d0_at.is_multiple_of(2));
     let second = if span - 64 < 2 * bytes + d0_at {
@@ -632,8 +634,13 @@ const fn scale_words(bytes: usize, d0_at: usize) -> (usize, [u16; 32]) {
         };
         p += 1;
     }
-    (second, idx)
+    (second, Align64(idx))
 }
+
+/// A constant aligned to 64 bytes, so that loading it as one zmm never splits a cache line (the compiler gives a
+/// `const` array only its element's alignment).
+#[repr(C, align(64))]
+pub struct Align64<T>(T);
 
 /// The f16 scales of the four blocks at `xb` (block `p`'s at byte `BYTES·p + D0_AT`) as four floats: two 64-byte
 /// loads inside the blocks, one `vpermt2w`, one conversion (four word inserts cost twice the operations).
@@ -645,7 +652,7 @@ unsafe fn batch_block_scales<const BYTES: usize, const D0_AT: usize>(xb: *const 
     unsafe {
         let words = _mm512_permutex2var_epi16(
             _mm512_loadu_si512(xb as *const _),
-            _mm512_loadu_si512(idx.as_ptr() as *const _),
+            _mm512_loadu_si512(idx.0.as_ptr() as *const _),
             _mm512_loadu_si512(xb.add(second) as *const _),
         );
         _mm_cvtph_ps(_mm512_castsi512_si128(words))
@@ -2580,12 +2587,14 @@ const fn iq2_pair_code_pick(stride: usize, offset: usize) -> [u8; 64] {
     }
     t
 }
-static IQ2_PAIR_CODE_PICK: [[u8; 64]; 2] = [iq2_pair_code_pick(2, 0), iq2_pair_code_pick(2, 1)];
-static IQ2_HALVES_CODE_PICK: [[u8; 64]; 2] = [iq2_pair_code_pick(1, 0), iq2_pair_code_pick(1, 32)];
+static IQ2_PAIR_CODE_PICK: Align64<[[u8; 64]; 2]> =
+    Align64([iq2_pair_code_pick(2, 0), iq2_pair_code_pick(2, 1)]);
+static IQ2_HALVES_CODE_PICK: Align64<[[u8; 64]; 2]> =
+    Align64([iq2_pair_code_pick(1, 0), iq2_pair_code_pick(1, 32)]);
 
 /// IQ2 expansion from grouped codes (`IQ2_PAIR_CODE_PICK`), `vpmultishiftqb` control for 64-weight group `c`:
 /// byte `j` of each qword takes the bits from `16c + 2j` (word `c`'s level number `j` in its low two bits).
-static IQ2_GROUPED_SHIFT: [[u8; 64]; 4] = {
+static IQ2_GROUPED_SHIFT: Align64<[[u8; 64]; 4]> = Align64({
     let mut t = [[0u8; 64]; 4];
     let mut c = 0;
     while c < 4 {
@@ -2597,7 +2606,7 @@ static IQ2_GROUPED_SHIFT: [[u8; 64]; 4] = {
         c += 1;
     }
     t
-};
+});
 
 /// The magnitudes of blocks `a` and `b` from their interleaved code bytes (`IQ2_PAIR_CODE_PICK`): per block one
 /// `vpermi2b` groups its codes, then per 64 weights one `vpmultishiftqb` and one `vgf2p8affineqb`. Against
@@ -2606,7 +2615,7 @@ static IQ2_GROUPED_SHIFT: [[u8; 64]; 4] = {
 /// a `vpermw` one on the Ice Lake Xeon measured).
 #[inline(always)]
 unsafe fn iq2_pair_magnitudes(
-    picks: &[[u8; 64]; 2],
+    picks: &Align64<[[u8; 64]; 2]>,
     lo: __m512i,
     hi: __m512i,
 ) -> [[__m512i; 4]; 2] {
@@ -2614,10 +2623,10 @@ unsafe fn iq2_pair_magnitudes(
     unsafe {
         let mut out = [[_mm512_setzero_si512(); 4]; 2];
         for (blk, o) in out.iter_mut().enumerate() {
-            let pick = _mm512_loadu_si512(picks[blk].as_ptr() as *const _);
+            let pick = _mm512_loadu_si512(picks.0[blk].as_ptr() as *const _);
             let codes = _mm512_permutex2var_epi8(lo, pick, hi);
             for (c, m) in o.iter_mut().enumerate() {
-                let shift = _mm512_loadu_si512(IQ2_GROUPED_SHIFT[c].as_ptr() as *const _);
+                let shift = _mm512_loadu_si512(IQ2_GROUPED_SHIFT.0[c].as_ptr() as *const _);
                 let numbers = _mm512_multishift_epi64_epi8(shift, codes);
                 *m = level_magnitudes::<{ IQ2_AFFINE.1 as i32 }>(
                     Levels::Affine(IQ2_AFFINE.0),
@@ -2921,7 +2930,7 @@ pub enum BlockScales {
     /// controls that put each lane's field at bit 1 of every word of the lane; one `vpternlogd` then makes the
     /// words `2n + 1` (`(x & 0x1e) | 1`). Two operations per group, one of them a shuffle, where the words
     /// cost seven per block (two shuffles) and a shuffle per group.
-    Nibbles(__m512i, &'static [[u8; 64]; 4]),
+    Nibbles(__m512i, &'static Align64<[[u8; 64]; 4]>),
 }
 
 /// `vpmultishiftqb` controls for `BlockScales::Nibbles`, group `c`: the low byte of each word of 128-bit lane `l`
@@ -2948,8 +2957,8 @@ const fn nibble_scale_shift(nibbles_per_group: usize, lanes_per_field: usize) ->
 
 /// IQ2_XS and IQ2_S: sixteen fields, one per 16 elements; IQ3_S: eight, one per 32 (its 4-byte word is broadcast
 /// as dwords, so each qword holds it twice and bit 63 is the field 7's top bit, cleared like the rest).
-static IQ2_NIBBLE_SCALE_SHIFT: [[u8; 64]; 4] = nibble_scale_shift(4, 1);
-static IQ3S_NIBBLE_SCALE_SHIFT: [[u8; 64]; 4] = nibble_scale_shift(2, 2);
+static IQ2_NIBBLE_SCALE_SHIFT: Align64<[[u8; 64]; 4]> = Align64(nibble_scale_shift(4, 1));
+static IQ3S_NIBBLE_SCALE_SHIFT: Align64<[[u8; 64]; 4]> = Align64(nibble_scale_shift(2, 2));
 
 /// One IQ block decoded: its scales, its four groups' magnitude bytes and sign masks.
 #[derive(Clone, Copy)]
@@ -3045,7 +3054,7 @@ unsafe fn iq_block_partials<const HASWELL: bool>(
                     _mm512_permutexvar_epi16(perm, s16)
                 }
                 BlockScales::Nibbles(q, shift) => {
-                    let ctrl = _mm512_loadu_si512(shift[c].as_ptr() as *const _);
+                    let ctrl = _mm512_loadu_si512(shift.0[c].as_ptr() as *const _);
                     _mm512_ternarylogic_epi32::<0xea>(
                         _mm512_multishift_epi64_epi8(ctrl, q),
                         _mm512_set1_epi16(0x1e),
