@@ -2115,27 +2115,6 @@ static QWORD_LOW_DWORDS: [u8; 64] = packed_bytes(8, 4);
 static DWORD_LOW_BYTES: [u8; 64] = packed_bytes(4, 1);
 static QWORD_LOW_BYTES: [u8; 64] = packed_bytes(8, 1);
 
-/// IQ2_XXS expansion, `vpermt2b` control for 64-weight group `c`: qword `k` takes the code bytes of entry
-/// `e = 8c + k`, looked up in place: byte `at + e % 4` of chunk `e / 4`'s qword (`at` 0 where the indices lie as
-/// in the block, 4 for the second block of a pair, whose indices `decode_pair` moves to the high dwords).
-const fn iq2xxs_pick(at: usize) -> [[u8; 64]; 4] {
-    let mut t = [[0u8; 64]; 4];
-    let mut c = 0;
-    while c < 4 {
-        let mut k = 0;
-        while k < 8 {
-            let e = 8 * c + k;
-            t[c][8 * k] = (8 * (e / 4) + at + e % 4) as u8;
-            t[c][8 * k + 1] = (64 + 8 * (e / 4) + at + e % 4) as u8;
-            k += 1;
-        }
-        c += 1;
-    }
-    t
-}
-const IQ2XXS_PICK: [[u8; 64]; 4] = iq2xxs_pick(0);
-const IQ2XXS_PICK_HIGH: [[u8; 64]; 4] = iq2xxs_pick(4);
-
 /// `vpermw` controls for the four 64-weight groups of a block: word `w` of group `c` takes word
 /// `per_group·c + w / repeat` (each source word `repeat` times in a row).
 const fn group_words(per_group: usize, repeat: usize) -> [[u16; 32]; 4] {
@@ -2168,33 +2147,44 @@ const IQ2_SHIFT: [u8; 64] = {
     t
 };
 
-/// IQ3 expansion, `vpermt2b` control for 64-weight group `c`: dword `k` takes the low and high code bytes of
-/// entry `16c + k` in bytes 0 and 1.
-const IQ3_PICK: [[u8; 64]; 4] = {
+/// IQ3 expansion, `vpermt2b` controls grouping one block's looked-up code bytes (the index vector holds entry `e`
+/// in byte `e`): vector `h` holds in dword `k` the code of entry `32h + k` (word 0, group `2h`) and of entry
+/// `32h + 16 + k` (word 1, group `2h + 1`), so two permutes serve the four groups.
+static IQ3_GROUPED_CODE_PICK: Align64<[[u8; 64]; 2]> = Align64({
+    let mut t = [[0u8; 64]; 2];
+    let mut h = 0;
+    while h < 2 {
+        let mut k = 0;
+        while k < 16 {
+            let mut w = 0;
+            while w < 2 {
+                let e = 32 * h + 16 * w + k;
+                t[h][4 * k + 2 * w] = e as u8;
+                t[h][4 * k + 2 * w + 1] = (64 + e) as u8;
+                w += 1;
+            }
+            k += 1;
+        }
+        h += 1;
+    }
+    t
+});
+
+/// IQ3 expansion, `vpmultishiftqb` control for group `c`: byte `b` of dword `k` takes the bits from `3b` of the
+/// dword's word `c % 2`.
+static IQ3_GROUPED_SHIFT: Align64<[[u8; 64]; 4]> = Align64({
     let mut t = [[0u8; 64]; 4];
     let mut c = 0;
     while c < 4 {
-        let mut k = 0;
-        while k < 16 {
-            t[c][4 * k] = (16 * c + k) as u8;
-            t[c][4 * k + 1] = (64 + 16 * c + k) as u8;
-            k += 1;
+        let mut b = 0;
+        while b < 64 {
+            t[c][b] = (32 * ((b % 8) / 4) + 16 * (c % 2) + 3 * (b % 4)) as u8;
+            b += 1;
         }
         c += 1;
     }
     t
-};
-
-/// IQ3 expansion, `vpmultishiftqb` control: byte `b` of dword `k` takes the bits from `3b` of that dword.
-const IQ3_SHIFT: [u8; 64] = {
-    let mut t = [0u8; 64];
-    let mut b = 0;
-    while b < 64 {
-        t[b] = (32 * ((b % 8) / 4) + 3 * (b % 4)) as u8;
-        b += 1;
-    }
-    t
-};
+});
 
 /// A `vpermb` table from level numbers (the low `bits` bits of a byte) to magnitudes.
 const fn level_table(levels: &[u8], bits: u32) -> [u8; 64] {
@@ -2262,28 +2252,52 @@ enum Levels {
 /// `IQ3_*` for four-byte ones) and its level mapping.
 struct GridExpansion<const N: usize> {
     codes: &'static GridCodes<N>,
-    pick: &'static [[u8; 64]; 4],
-    shift: &'static [u8; 64],
+    expansion: CodeExpansion,
+}
+
+/// How a block's looked-up code bytes become its magnitudes (`expand_codes`): `picks[p]` groups the codes of
+/// groups `groups_per_pick·p ..` (one `vpermt2b` each), `shifts[c]` takes group `c`'s level numbers from the
+/// grouped vector (one `vpmultishiftqb`), `levels` maps them to magnitudes.
+#[derive(Clone, Copy)]
+struct CodeExpansion {
+    picks: &'static [[u8; 64]],
+    groups_per_pick: usize,
+    shifts: &'static Align64<[[u8; 64]; 4]>,
     levels: Levels,
+}
+
+/// The IQ2 grids' expansion of block `blk` of a pair whose index vector has `picks`' layout (a single block is
+/// block 0 of the layout it shares).
+const fn iq2_expansion(picks: &'static Align64<[[u8; 64]; 2]>, blk: usize) -> CodeExpansion {
+    CodeExpansion {
+        picks: picks.0.split_at(blk).1.split_at(1).0,
+        groups_per_pick: 4,
+        shifts: &IQ2_GROUPED_SHIFT,
+        levels: Levels::Affine(IQ2_AFFINE.0),
+    }
 }
 
 static IQ2XXS_EXPANSION: GridExpansion<256> = GridExpansion {
     codes: &IQ2XXS_CODES,
-    pick: &IQ2XXS_PICK,
-    shift: &IQ2_SHIFT,
-    levels: Levels::Affine(IQ2_AFFINE.0),
+    expansion: iq2_expansion(&IQ2_CHUNK_DWORDS_CODE_PICK, 0),
 };
 static IQ3XXS_EXPANSION: GridExpansion<256> = GridExpansion {
     codes: &IQ3XXS_CODES,
-    pick: &IQ3_PICK,
-    shift: &IQ3_SHIFT,
-    levels: Levels::Table(&IQ3XXS_LEVEL_TABLE),
+    expansion: CodeExpansion {
+        picks: &IQ3_GROUPED_CODE_PICK.0,
+        groups_per_pick: 2,
+        shifts: &IQ3_GROUPED_SHIFT,
+        levels: Levels::Table(&IQ3XXS_LEVEL_TABLE),
+    },
 };
 static IQ3S_EXPANSION: GridExpansion<512> = GridExpansion {
     codes: &IQ3S_CODES,
-    pick: &IQ3_PICK,
-    shift: &IQ3_SHIFT,
-    levels: Levels::Affine(IQ3S_AFFINE.0),
+    expansion: CodeExpansion {
+        picks: &IQ3_GROUPED_CODE_PICK.0,
+        groups_per_pick: 2,
+        shifts: &IQ3_GROUPED_SHIFT,
+        levels: Levels::Affine(IQ3S_AFFINE.0),
+    },
 };
 
 /// The 256 magnitudes of a block from its grid indices: low bytes in `idx` (IQ2_XXS: its 32 where they lie in
@@ -2304,30 +2318,29 @@ unsafe fn grid_magnitudes<const N: usize, const SLICES: usize, const B: i32>(
     unsafe {
         let lo = lookup_bytes::<SLICES>(grid.codes.lo.as_ptr(), idx, high);
         let hi = lookup_bytes::<SLICES>(grid.codes.hi.as_ptr(), idx, high);
-        expand_codes::<N, B>(grid, grid.pick, lo, hi)
+        expand_codes::<B>(grid.expansion, lo, hi)
     }
 }
 
-/// The 256 magnitudes of a block from its looked-up code bytes `lo` and `hi`: per 64 weights one `vpermt2b`
-/// (control `pick[c]`) puts each entry's two code bytes into its qword or dword, one `vpmultishiftqb` each level
-/// number into its byte, and the level mapping makes it a magnitude.
+/// The 256 magnitudes of a block from its looked-up code bytes `lo` and `hi` (`CodeExpansion`): one `vpermt2b`
+/// per pick groups the entries' codes so that each 64-weight group's lie one per qword (IQ2) or dword (IQ3) at
+/// the same word, then per group one `vpmultishiftqb` puts each level number into its byte and the level mapping
+/// (affine constant `B`) makes it a magnitude. Per block one or two permutes where a permute per group picked
+/// each group's codes before (the shuffle port is what these kernels are short of).
 #[inline(always)]
-unsafe fn expand_codes<const N: usize, const B: i32>(
-    grid: &GridExpansion<N>,
-    pick: &[[u8; 64]; 4],
-    lo: __m512i,
-    hi: __m512i,
-) -> [__m512i; 4] {
+unsafe fn expand_codes<const B: i32>(e: CodeExpansion, lo: __m512i, hi: __m512i) -> [__m512i; 4] {
     // SAFETY (whole body): loads of static 64-byte controls; features are enabled by the calling kernel.
     unsafe {
-        let shift = _mm512_loadu_si512(grid.shift.as_ptr() as *const _);
+        let mut grouped = [_mm512_setzero_si512(); 2];
+        for (g, pick) in grouped.iter_mut().zip(e.picks) {
+            *g = _mm512_permutex2var_epi8(lo, _mm512_loadu_si512(pick.as_ptr() as *const _), hi);
+        }
         // A loop, not `array::from_fn`: a closure would not inherit the kernel's features.
         let mut out = [_mm512_setzero_si512(); 4];
         for (c, o) in out.iter_mut().enumerate() {
-            let pick = _mm512_loadu_si512(pick[c].as_ptr() as *const _);
-            let numbers =
-                _mm512_multishift_epi64_epi8(shift, _mm512_permutex2var_epi8(lo, pick, hi));
-            *o = level_magnitudes::<B>(grid.levels, numbers);
+            let shift = _mm512_loadu_si512(e.shifts.0[c].as_ptr() as *const _);
+            let numbers = _mm512_multishift_epi64_epi8(shift, grouped[c / e.groups_per_pick]);
+            *o = level_magnitudes::<B>(e.levels, numbers);
         }
         out
     }
@@ -2568,31 +2581,58 @@ unsafe fn iq2_word_magnitudes(codes: __m512i) -> [__m512i; 4] {
     }
 }
 
-/// `vpermi2b` controls taking a pair's interleaved code bytes (`lo` and `hi` from the lookup of an index vector
-/// whose byte `2e` is block `a`'s index `e` and byte `2e + 1` block `b`'s) to block `blk`'s codes grouped for the
-/// expansion: word `w` of qword `k` holds the code of entry `8w + k`, so qword `k` of every 64-weight group `w`
-/// is already in place and the expansion needs no `vpermw`.
-const fn iq2_pair_code_pick(stride: usize, offset: usize) -> [u8; 64] {
-    let mut t = [0u8; 64];
-    let mut k = 0;
-    while k < 8 {
-        let mut w = 0;
-        while w < 4 {
-            let at = stride * (8 * w + k) + offset;
-            t[8 * k + 2 * w] = at as u8;
-            t[8 * k + 2 * w + 1] = (64 + at) as u8;
-            w += 1;
-        }
-        k += 1;
-    }
-    t
+/// Where a pair's index vector holds the indices: the byte of block `blk`'s entry `e` (0..32).
+#[derive(Clone, Copy)]
+enum PairLayout {
+    /// Byte `2e + blk` (IQ2_XS: block `b`'s low bytes in `a`'s odd bytes).
+    Interleaved,
+    /// Byte `32·blk + e` (IQ2_S: the two blocks' 32 bytes one after the other).
+    Halves,
+    /// Byte `8·(e / 4) + e % 4 + 4·blk` (IQ2_XXS: each chunk's qword, `a`'s four in its low dword, `b`'s in its
+    /// high one).
+    ChunkDwords,
 }
-static IQ2_PAIR_CODE_PICK: Align64<[[u8; 64]; 2]> =
-    Align64([iq2_pair_code_pick(2, 0), iq2_pair_code_pick(2, 1)]);
-static IQ2_HALVES_CODE_PICK: Align64<[[u8; 64]; 2]> =
-    Align64([iq2_pair_code_pick(1, 0), iq2_pair_code_pick(1, 32)]);
 
-/// IQ2 expansion from grouped codes (`IQ2_PAIR_CODE_PICK`), `vpmultishiftqb` control for 64-weight group `c`:
+impl PairLayout {
+    const fn at(self, blk: usize, e: usize) -> usize {
+        match self {
+            PairLayout::Interleaved => 2 * e + blk,
+            PairLayout::Halves => 32 * blk + e,
+            PairLayout::ChunkDwords => 8 * (e / 4) + e % 4 + 4 * blk,
+        }
+    }
+}
+
+/// `vpermi2b` controls taking a pair's looked-up code bytes (`lo` and `hi`, in the index vector's `layout`) to
+/// each block's codes grouped for the expansion: word `w` of qword `k` holds the code of entry `8w + k`, so
+/// qword `k` of every 64-weight group `w` is already in place and the expansion needs no word or byte pick
+/// per group.
+const fn iq2_grouped_code_picks(layout: PairLayout) -> Align64<[[u8; 64]; 2]> {
+    let mut t = [[0u8; 64]; 2];
+    let mut blk = 0;
+    while blk < 2 {
+        let mut k = 0;
+        while k < 8 {
+            let mut w = 0;
+            while w < 4 {
+                let at = layout.at(blk, 8 * w + k);
+                t[blk][8 * k + 2 * w] = at as u8;
+                t[blk][8 * k + 2 * w + 1] = (64 + at) as u8;
+                w += 1;
+            }
+            k += 1;
+        }
+        blk += 1;
+    }
+    Align64(t)
+}
+static IQ2_INTERLEAVED_CODE_PICK: Align64<[[u8; 64]; 2]> =
+    iq2_grouped_code_picks(PairLayout::Interleaved);
+static IQ2_HALVES_CODE_PICK: Align64<[[u8; 64]; 2]> = iq2_grouped_code_picks(PairLayout::Halves);
+static IQ2_CHUNK_DWORDS_CODE_PICK: Align64<[[u8; 64]; 2]> =
+    iq2_grouped_code_picks(PairLayout::ChunkDwords);
+
+/// IQ2 expansion from grouped codes (`IQ2_INTERLEAVED_CODE_PICK`), `vpmultishiftqb` control for 64-weight group `c`:
 /// byte `j` of each qword takes the bits from `16c + 2j` (word `c`'s level number `j` in its low two bits).
 static IQ2_GROUPED_SHIFT: Align64<[[u8; 64]; 4]> = Align64({
     let mut t = [[0u8; 64]; 4];
@@ -2608,33 +2648,24 @@ static IQ2_GROUPED_SHIFT: Align64<[[u8; 64]; 4]> = Align64({
     t
 });
 
-/// The magnitudes of blocks `a` and `b` from their interleaved code bytes (`IQ2_PAIR_CODE_PICK`): per block one
+/// The magnitudes of blocks `a` and `b` from their interleaved code bytes (`IQ2_INTERLEAVED_CODE_PICK`): per block one
 /// `vpermi2b` groups its codes, then per 64 weights one `vpmultishiftqb` and one `vgf2p8affineqb`. Against
 /// `iq2_word_magnitudes` of each block's code words this trades two shifts, two blends and eight `vpermw` for
 /// two `vpermi2b`: the shuffle port is what these kernels are short of (a `vpermi2b` occupies it two cycles and
 /// a `vpermw` one on the Ice Lake Xeon measured).
 #[inline(always)]
 unsafe fn iq2_pair_magnitudes(
-    picks: &Align64<[[u8; 64]; 2]>,
+    picks: &'static Align64<[[u8; 64]; 2]>,
     lo: __m512i,
     hi: __m512i,
 ) -> [[__m512i; 4]; 2] {
-    // SAFETY (whole body): loads of static 64-byte controls; features are enabled by the calling kernel.
+    const B: i32 = IQ2_AFFINE.1 as i32;
+    // SAFETY: features are enabled by the calling kernel.
     unsafe {
-        let mut out = [[_mm512_setzero_si512(); 4]; 2];
-        for (blk, o) in out.iter_mut().enumerate() {
-            let pick = _mm512_loadu_si512(picks.0[blk].as_ptr() as *const _);
-            let codes = _mm512_permutex2var_epi8(lo, pick, hi);
-            for (c, m) in o.iter_mut().enumerate() {
-                let shift = _mm512_loadu_si512(IQ2_GROUPED_SHIFT.0[c].as_ptr() as *const _);
-                let numbers = _mm512_multishift_epi64_epi8(shift, codes);
-                *m = level_magnitudes::<{ IQ2_AFFINE.1 as i32 }>(
-                    Levels::Affine(IQ2_AFFINE.0),
-                    numbers,
-                );
-            }
-        }
-        out
+        [
+            expand_codes::<B>(iq2_expansion(picks, 0), lo, hi),
+            expand_codes::<B>(iq2_expansion(picks, 1), lo, hi),
+        ]
     }
 }
 
@@ -2673,7 +2704,7 @@ impl IqPairDecode for BlockIQ2XS {
             let high = [_mm512_movepi8_mask(bit8), 0];
             let lo = lookup_bytes::<4>(IQ2XS_CODES.lo.as_ptr(), idx, high);
             let hi = lookup_bytes::<4>(IQ2XS_CODES.hi.as_ptr(), idx, high);
-            let [ma, mb] = iq2_pair_magnitudes(&IQ2_PAIR_CODE_PICK, lo, hi);
+            let [ma, mb] = iq2_pair_magnitudes(&IQ2_INTERLEAVED_CODE_PICK, lo, hi);
             // Sign field (bits 9..15 of each word): `a`'s in the even bytes, `b`'s in the odd ones.
             let fields = _mm512_mask_blend_epi8(
                 ODD_BYTES,
@@ -2834,14 +2865,9 @@ impl IqPairDecode for BlockIQ2XXS {
             let idx = _mm512_mask_blend_epi32(0xaaaa, qa, _mm512_slli_epi64::<32>(qb));
             let lo = lookup_bytes::<2>(IQ2XXS_CODES.lo.as_ptr(), idx, [0, 0]);
             let hi = lookup_bytes::<2>(IQ2XXS_CODES.hi.as_ptr(), idx, [0, 0]);
-            const B: i32 = IQ2_AFFINE.1 as i32;
-            let grid = &IQ2XXS_EXPANSION;
             decoded_pair(
                 [a, b],
-                [
-                    expand_codes::<256, B>(grid, &IQ2XXS_PICK, lo, hi),
-                    expand_codes::<256, B>(grid, &IQ2XXS_PICK_HIGH, lo, hi),
-                ],
+                iq2_pair_magnitudes(&IQ2_CHUNK_DWORDS_CODE_PICK, lo, hi),
                 [a.sign_bytes(), b.sign_bytes()],
             )
         }
