@@ -1990,25 +1990,12 @@ pub trait IqDecode: IqBlock {
     /// # Safety
     /// As `magnitudes`.
     unsafe fn sign_bytes(&self) -> SignBytes;
-    /// The scales `2·nibble + 1`, byte `k` for elements `16k..16k+16`.
+    /// The block's scales as the products take them (`BlockScales`): the 4-bit fields' word where the format
+    /// keeps them in one (IQ2_XS, IQ2_S, IQ3_S), else the sixteen scale words.
     ///
     /// # Safety
     /// As `magnitudes`.
-    unsafe fn scale_bytes(&self) -> __m128i;
-    /// The block's scales as the products take them: by default its sixteen scale words (`scale_bytes`);
-    /// formats whose scales are the 4-bit fields of one word give that word (`BlockScales::Nibbles`).
-    ///
-    /// # Safety
-    /// As `magnitudes`.
-    #[inline(always)]
-    unsafe fn block_scales(&self) -> BlockScales {
-        // SAFETY: the caller's contract.
-        unsafe {
-            BlockScales::Words(_mm512_castsi256_si512(_mm256_cvtepu8_epi16(
-                self.scale_bytes(),
-            )))
-        }
-    }
+    unsafe fn block_scales(&self) -> BlockScales;
 }
 
 /// The grid entries of 32 indices held four to a qword in `words` (16 bits each), each one scalar load from
@@ -2248,8 +2235,8 @@ enum Levels {
     Table(&'static [u8; 64]),
 }
 
-/// A grid's code tables with the controls that expand them (`IQ2XXS_PICK`/`IQ2_SHIFT` for eight-byte entries,
-/// `IQ3_*` for four-byte ones) and its level mapping.
+/// A grid's code tables with their expansion (`CodeExpansion`: `IQ2_CHUNK_DWORDS_CODE_PICK` and
+/// `IQ2_GROUPED_SHIFT` for IQ2_XXS's eight-byte entries, `IQ3_GROUPED_*` for the four-byte ones).
 struct GridExpansion<const N: usize> {
     codes: &'static GridCodes<N>,
     expansion: CodeExpansion,
@@ -2417,29 +2404,14 @@ unsafe fn ksigns(fields: __m512i) -> __m512i {
     }
 }
 
-/// Eight nibble pairs (`bytes`, low nibble first) as sixteen scales `2·nibble + 1` in nibble order.
+/// Eight per-chunk nibbles (`bytes`, one per byte) as the sixteen scale words `2·nibble + 1`, each chunk's twice.
 #[inline(always)]
-unsafe fn nibble_scales(bytes: __m128i) -> __m128i {
-    // SAFETY: register operations; features are enabled by the calling kernel.
-    unsafe {
-        let w = _mm_cvtepu8_epi16(bytes);
-        // word k = lo_k | hi_k << 8
-        let nib = _mm_ternarylogic_epi32::<0xf8>(
-            _mm_and_si128(w, _mm_set1_epi16(0x0f)),
-            _mm_slli_epi16::<4>(w),
-            _mm_set1_epi16(0x0f00),
-        );
-        _mm_add_epi8(_mm_add_epi8(nib, nib), _mm_set1_epi8(1))
-    }
-}
-
-/// Eight per-chunk nibbles (`bytes`, one per byte) as sixteen scales, each chunk's twice.
-#[inline(always)]
-unsafe fn chunk_scales(bytes: __m128i) -> __m128i {
+unsafe fn chunk_scales(bytes: __m128i) -> BlockScales {
     // SAFETY: register operations; features are enabled by the calling kernel.
     unsafe {
         let b = _mm_unpacklo_epi8(bytes, bytes);
-        _mm_add_epi8(_mm_add_epi8(b, b), _mm_set1_epi8(1))
+        let scales = _mm_add_epi8(_mm_add_epi8(b, b), _mm_set1_epi8(1));
+        BlockScales::Words(_mm512_castsi256_si512(_mm256_cvtepu8_epi16(scales)))
     }
 }
 
@@ -2485,11 +2457,6 @@ impl IqDecode for BlockIQ2S {
     unsafe fn sign_bytes(&self) -> SignBytes {
         // SAFETY: `qs[32..64]` are the sign bytes.
         unsafe { block_sign_masks(self.qs[32..].as_ptr()) }
-    }
-    #[inline(always)]
-    unsafe fn scale_bytes(&self) -> __m128i {
-        // SAFETY: an 8-byte load of `scales`.
-        unsafe { nibble_scales(_mm_loadl_epi64(self.scales.as_ptr() as *const __m128i)) }
     }
     #[inline(always)]
     unsafe fn block_scales(&self) -> BlockScales {
@@ -2542,11 +2509,6 @@ impl IqDecode for BlockIQ2XS {
             let fields = _mm512_permutexvar_epi8(even, _mm512_srli_epi16::<9>(w));
             SignBytes::Computed(_mm512_castsi512_si256(ksigns(fields)))
         }
-    }
-    #[inline(always)]
-    unsafe fn scale_bytes(&self) -> __m128i {
-        // SAFETY: an 8-byte load of `scales`.
-        unsafe { nibble_scales(_mm_loadl_epi64(self.scales.as_ptr() as *const __m128i)) }
     }
     #[inline(always)]
     unsafe fn block_scales(&self) -> BlockScales {
@@ -2648,11 +2610,11 @@ static IQ2_GROUPED_SHIFT: Align64<[[u8; 64]; 4]> = Align64({
     t
 });
 
-/// The magnitudes of blocks `a` and `b` from their interleaved code bytes (`IQ2_INTERLEAVED_CODE_PICK`): per block one
-/// `vpermi2b` groups its codes, then per 64 weights one `vpmultishiftqb` and one `vgf2p8affineqb`. Against
-/// `iq2_word_magnitudes` of each block's code words this trades two shifts, two blends and eight `vpermw` for
-/// two `vpermi2b`: the shuffle port is what these kernels are short of (a `vpermi2b` occupies it two cycles and
-/// a `vpermw` one on the Ice Lake Xeon measured).
+/// The magnitudes of blocks `a` and `b` of a pair from their looked-up code bytes, laid out as `picks` expects
+/// (`iq2_grouped_code_picks`): per block one `vpermt2b` groups its codes, then per 64 weights one
+/// `vpmultishiftqb` and one `vgf2p8affineqb` (`expand_codes`). Against code words picked per 64 weights (a
+/// `vpermw` each, after a shift and a blend per block) this takes two shuffle operations per block where ten
+/// were (a `vpermi2b` occupies the Ice Lake Xeon's shuffle port two cycles, a `vpermw` one).
 #[inline(always)]
 unsafe fn iq2_pair_magnitudes(
     picks: &'static Align64<[[u8; 64]; 2]>,
@@ -2684,9 +2646,9 @@ impl IqPairDecode for BlockIQ2XS {
     /// Block `a`'s index words with block `b`'s low bytes in their odd bytes (which `magnitudes` wastes on
     /// lookups nobody reads): one lookup of both blocks' 64 indices (`lookup_bytes`, 512 entries: four
     /// `vpermi2b` per code table, the kernel's largest shuffle-port cost) where `magnitudes` does one per block.
-    /// Byte `2e` holds `a`'s index `e`, byte `2e + 1` `b`'s, their bits 8 go to bit 7 of the same bytes by two
-    /// shifts and a blend, and the codes come back interleaved the same way; a shift and a blend per block
-    /// make them code words. The sign fields are interleaved alike, looked up by one `ksigns` for both blocks
+    /// Byte `2e` holds `a`'s index `e`, byte `2e + 1` `b`'s (`PairLayout::Interleaved`), their bits 8 go to
+    /// bit 7 of the same bytes by two shifts and a blend, and the codes come back interleaved the same way for
+    /// `iq2_pair_magnitudes`. The sign fields are interleaved alike, looked up by one `ksigns` for both blocks
     /// and split by one `vpermb`.
     #[inline(always)]
     unsafe fn decode_pair(a: &Self, b: &Self) -> [IqDecoded; 2] {
@@ -2786,7 +2748,8 @@ impl IqDecode for BlockIQ2XXS {
                 return out;
             }
             // The low dword of each chunk's qword holds its four index bytes, looked up in place (the other
-            // bytes look up entries nobody reads; `IQ2XXS_PICK` takes each entry's from its place).
+            // bytes look up entries nobody reads; the grouping permute takes each entry's from its place, as
+            // block `a`'s of a pair: `PairLayout::ChunkDwords`).
             grid_magnitudes::<256, 2, { IQ2_AFFINE.1 as i32 }>(&IQ2XXS_EXPANSION, q, [0, 0])
         }
     }
@@ -2802,7 +2765,7 @@ impl IqDecode for BlockIQ2XXS {
         }
     }
     #[inline(always)]
-    unsafe fn scale_bytes(&self) -> __m128i {
+    unsafe fn block_scales(&self) -> BlockScales {
         // SAFETY: a 64-byte load of `qs`; the rest are register operations.
         unsafe {
             let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
@@ -2817,12 +2780,11 @@ impl IqPairDecode for BlockIQ2S {
     /// Not ahead: a decoded pair carried across the loop, next to the tables, left the compiler spilling every
     /// iteration (Ice Lake Xeon: 11–19 % slower than decoding each pair where it is used, six paired runs).
     const DECODE_AHEAD: bool = false;
-    /// Both blocks' 64 grid indices in one vector (byte `2e` block `a`'s index `e`, byte `2e + 1` block `b`'s:
-    /// their low bytes by one `vpermi2b`, bits 8 and 9 as k-masks from the two `qh` qwords), looked up in the
-    /// 1024-entry code tables (`lookup_bytes`: eight `vpermi2b` per table and a tree of seven blends) once for
-    /// both blocks, where the loads take 32 scalar loads and their inserts per block; the codes come back
-    /// interleaved and become each block's code words by a shift and a blend, expanded as IQ2_XS's. Signs and
-    /// scales as `IqDecode`.
+    /// Both blocks' 64 grid indices in one vector (`PairLayout::Halves`: `a`'s 32 low bytes, then `b`'s, by a
+    /// load and an insert from memory; bits 8 and 9 as k-masks gathered from the two `qh` qwords by `pext`),
+    /// looked up in the 1024-entry code tables (`lookup_bytes`: eight `vpermi2b` per table and a tree of seven
+    /// blends) once for both blocks, where the loads take 32 scalar loads and their inserts per block; each
+    /// block's codes grouped and expanded by `iq2_pair_magnitudes`. Signs and scales as `IqDecode`.
     #[inline(always)]
     unsafe fn decode_pair(a: &Self, b: &Self) -> [IqDecoded; 2] {
         // SAFETY (whole body): 32-byte loads of the two blocks' `qs[0..32]` and their `qh`; every index is 10
@@ -2853,8 +2815,8 @@ impl IqPairDecode for BlockIQ2S {
 impl IqPairDecode for BlockIQ2XXS {
     /// Block `b`'s index dwords moved into the high dwords of `a`'s chunks (which hold `a`'s sign and scale
     /// fields, looked up for nothing by `magnitudes`): one lookup of both blocks' 64 indices (two `vpermi2b` per
-    /// code table) where `magnitudes` does one per block; each block's expansion picks its codes from its own
-    /// dwords (`IQ2XXS_PICK`, `IQ2XXS_PICK_HIGH`). Signs and scales as `IqDecode`.
+    /// code table) where `magnitudes` does one per block; each block's grouping permute takes its codes from its
+    /// own dwords (`PairLayout::ChunkDwords`, `iq2_pair_magnitudes`). Signs and scales as `IqDecode`.
     #[inline(always)]
     unsafe fn decode_pair(a: &Self, b: &Self) -> [IqDecoded; 2] {
         // SAFETY (whole body): 64-byte loads of the two blocks' `qs`; the indices are bytes, inside the 256-entry
@@ -2897,7 +2859,7 @@ impl IqDecode for BlockIQ3XXS {
         }
     }
     #[inline(always)]
-    unsafe fn scale_bytes(&self) -> __m128i {
+    unsafe fn block_scales(&self) -> BlockScales {
         // SAFETY: a 32-byte load of `qs[64..96]`; the rest are register operations.
         unsafe {
             let w = _mm256_loadu_si256(self.qs.as_ptr().add(64) as *const __m256i);
@@ -2923,15 +2885,6 @@ impl IqDecode for BlockIQ3S {
     unsafe fn sign_bytes(&self) -> SignBytes {
         // SAFETY: `signs` holds 32 bytes.
         unsafe { block_sign_masks(self.signs.as_ptr()) }
-    }
-    #[inline(always)]
-    unsafe fn scale_bytes(&self) -> __m128i {
-        // SAFETY: register operations on the four scale bytes.
-        unsafe {
-            let pairs = nibble_scales(_mm_cvtsi32_si128(i32::from_le_bytes(self.scales)));
-            // `nibble_scales` already gave 2·n + 1 per chunk (eight bytes); each chunk's covers 32 elements.
-            _mm_unpacklo_epi8(pairs, pairs)
-        }
     }
     #[inline(always)]
     unsafe fn block_scales(&self) -> BlockScales {
