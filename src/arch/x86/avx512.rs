@@ -2594,8 +2594,8 @@ static IQ2_HALVES_CODE_PICK: Align64<[[u8; 64]; 2]> = iq2_grouped_code_picks(Pai
 static IQ2_CHUNK_DWORDS_CODE_PICK: Align64<[[u8; 64]; 2]> =
     iq2_grouped_code_picks(PairLayout::ChunkDwords);
 
-/// IQ2 expansion from grouped codes (`IQ2_INTERLEAVED_CODE_PICK`), `vpmultishiftqb` control for 64-weight group `c`:
-/// byte `j` of each qword takes the bits from `16c + 2j` (word `c`'s level number `j` in its low two bits).
+/// IQ2 expansion from grouped codes (`iq2_grouped_code_picks`), `vpmultishiftqb` control for 64-weight group
+/// `c`: byte `j` of each qword takes the bits from `16c + 2j` (word `c`'s level number `j` in its low two bits).
 static IQ2_GROUPED_SHIFT: Align64<[[u8; 64]; 4]> = Align64({
     let mut t = [[0u8; 64]; 4];
     let mut c = 0;
@@ -2962,7 +2962,7 @@ unsafe fn iq_decode_block<B: IqDecode, const GATHER: bool>(b: &B) -> IqDecoded {
     }
 }
 
-/// Blocks `a` and `b` decoded from their magnitudes and signs, with each block's scale words.
+/// Blocks `a` and `b` decoded from their magnitudes and signs, with each block's scales.
 #[inline(always)]
 unsafe fn decoded_pair<B: IqDecode>(
     [a, b]: [&B; 2],
