@@ -2118,22 +2118,6 @@ const fn group_words(per_group: usize, repeat: usize) -> [[u16; 32]; 4] {
     t
 }
 
-/// IQ2 expansion from code words, `vpermw` control for 64-weight group `c`: every word of qword `k` takes the
-/// code of entry `8c + k` (only the first word's bits are read).
-const IQ2_WORD_PICK: [[u16; 32]; 4] = group_words(8, 4);
-
-/// IQ2 expansion, `vpmultishiftqb` control: byte `j` of each qword takes the bits from `2j`, the level number of
-/// the entry's byte `j` in its low two bits.
-const IQ2_SHIFT: [u8; 64] = {
-    let mut t = [0u8; 64];
-    let mut b = 0;
-    while b < 64 {
-        t[b] = (2 * (b % 8)) as u8;
-        b += 1;
-    }
-    t
-};
-
 /// IQ3 expansion, `vpermt2b` controls grouping one block's looked-up code bytes (the index vector holds entry `e`
 /// in byte `e`): vector `h` holds in dword `k` the code of entry `32h + k` (word 0, group `2h`) and of entry
 /// `32h + 16 + k` (word 1, group `2h + 1`), so two permutes serve the four groups.
@@ -2157,21 +2141,24 @@ static IQ3_GROUPED_CODE_PICK: Align64<[[u8; 64]; 2]> = Align64({
     t
 });
 
-/// IQ3 expansion, `vpmultishiftqb` control for group `c`: byte `b` of dword `k` takes the bits from `3b` of the
-/// dword's word `c % 2`.
-static IQ3_GROUPED_SHIFT: Align64<[[u8; 64]; 4]> = Align64({
+/// `vpmultishiftqb` controls of the grouped expansion (`expand_codes`), group `c`: an entry of `width` bytes
+/// (8 for IQ2, one per qword; 4 for IQ3, one per dword) has its code in word `c % (width / 2)` of that unit,
+/// `bits` per level number; byte `j` of the unit takes the bits of level number `j`.
+const fn grouped_shifts(width: usize, bits: usize) -> Align64<[[u8; 64]; 4]> {
     let mut t = [[0u8; 64]; 4];
     let mut c = 0;
     while c < 4 {
         let mut b = 0;
         while b < 64 {
-            t[c][b] = (32 * ((b % 8) / 4) + 16 * (c % 2) + 3 * (b % 4)) as u8;
+            let unit_bit = 8 * width * ((b % 8) / width);
+            t[c][b] = (unit_bit + 16 * (c % (width / 2)) + bits * (b % width)) as u8;
             b += 1;
         }
         c += 1;
     }
-    t
-});
+    Align64(t)
+}
+static IQ3_GROUPED_SHIFT: Align64<[[u8; 64]; 4]> = grouped_shifts(4, 3);
 
 /// A `vpermb` table from level numbers (the low `bits` bits of a byte) to magnitudes.
 const fn level_table(levels: &[u8], bits: u32) -> [u8; 64] {
@@ -2485,17 +2472,14 @@ impl IqDecode for BlockIQ2XS {
             }
             // The index words as they are: byte 2e holds index e's low eight bits (the odd bytes look up
             // entries nobody reads), bit 7 of byte 2e of `w >> 1` its bit 8. The two code tables' bytes for
-            // entry e land in byte 2e of `lo` and `hi`, and become the code word e of `codes` by one shift and
-            // one blend; one `vpermw` per 64 weights then moves entry 8c + k's code into qword k.
+            // entry e land in byte 2e of `lo` and `hi`, where the grouping permute of block `a` of an
+            // interleaved pair takes them.
             let w = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
             let high = [_mm512_movepi8_mask(_mm512_srli_epi16::<1>(w)), 0];
             let lo = lookup_bytes::<4>(IQ2XS_CODES.lo.as_ptr(), w, high);
             let hi = lookup_bytes::<4>(IQ2XS_CODES.hi.as_ptr(), w, high);
-            iq2_word_magnitudes(_mm512_mask_blend_epi8(
-                ODD_BYTES,
-                lo,
-                _mm512_slli_epi16::<8>(hi),
-            ))
+            const B: i32 = IQ2_AFFINE.1 as i32;
+            expand_codes::<B>(iq2_expansion(&IQ2_INTERLEAVED_CODE_PICK, 0), lo, hi)
         }
     }
     #[inline(always)]
@@ -2522,26 +2506,6 @@ impl IqDecode for BlockIQ2XS {
 
 /// The odd bytes of a zmm, as a k-mask.
 const ODD_BYTES: u64 = 0xaaaa_aaaa_aaaa_aaaa;
-
-/// The 256 magnitudes of an IQ2 block from its 32 grid codes as words (code `e` in word `e`): per 64 weights
-/// one `vpermw` moves entry `8c + k`'s code into qword `k`, one `vpmultishiftqb` each level number into its
-/// byte, one `vgf2p8affineqb` maps them to magnitudes.
-#[inline(always)]
-unsafe fn iq2_word_magnitudes(codes: __m512i) -> [__m512i; 4] {
-    // SAFETY (whole body): loads of static 64-byte controls; features are enabled by the calling kernel.
-    unsafe {
-        let shift = _mm512_loadu_si512(IQ2_SHIFT.as_ptr() as *const _);
-        // A loop, not `array::from_fn`: a closure would not inherit the kernel's features.
-        let mut out = [_mm512_setzero_si512(); 4];
-        for (c, o) in out.iter_mut().enumerate() {
-            let pick = _mm512_loadu_si512(IQ2_WORD_PICK[c].as_ptr() as *const _);
-            let numbers =
-                _mm512_multishift_epi64_epi8(shift, _mm512_permutexvar_epi16(pick, codes));
-            *o = level_magnitudes::<{ IQ2_AFFINE.1 as i32 }>(Levels::Affine(IQ2_AFFINE.0), numbers);
-        }
-        out
-    }
-}
 
 /// Where a pair's index vector holds the indices: the byte of block `blk`'s entry `e` (0..32).
 #[derive(Clone, Copy)]
@@ -2594,21 +2558,8 @@ static IQ2_HALVES_CODE_PICK: Align64<[[u8; 64]; 2]> = iq2_grouped_code_picks(Pai
 static IQ2_CHUNK_DWORDS_CODE_PICK: Align64<[[u8; 64]; 2]> =
     iq2_grouped_code_picks(PairLayout::ChunkDwords);
 
-/// IQ2 expansion from grouped codes (`iq2_grouped_code_picks`), `vpmultishiftqb` control for 64-weight group
-/// `c`: byte `j` of each qword takes the bits from `16c + 2j` (word `c`'s level number `j` in its low two bits).
-static IQ2_GROUPED_SHIFT: Align64<[[u8; 64]; 4]> = Align64({
-    let mut t = [[0u8; 64]; 4];
-    let mut c = 0;
-    while c < 4 {
-        let mut b = 0;
-        while b < 64 {
-            t[c][b] = (16 * c + 2 * (b % 8)) as u8;
-            b += 1;
-        }
-        c += 1;
-    }
-    t
-});
+/// IQ2: qword `k` holds entry `8c + k`'s code in word `c`, byte `j` takes the bits from `16c + 2j`.
+static IQ2_GROUPED_SHIFT: Align64<[[u8; 64]; 4]> = grouped_shifts(8, 2);
 
 /// The magnitudes of blocks `a` and `b` of a pair from their looked-up code bytes, laid out as `picks` expects
 /// (`iq2_grouped_code_picks`): per block one `vpermt2b` groups its codes, then per 64 weights one
