@@ -10,8 +10,8 @@
 //!   not slowed by the GDS microcode, the permute lookup of the 16-bit codes elsewhere (`iq_gathers`);
 //!   `GGML_LOWBIT_IQ_GATHER=0|1` overrides, for measurement. Both give the same bits.
 //! - IQ2_S grid lookups without gathers (AVX-512 only): the 1024-entry code tables by permutes, two blocks at a
-//!   time, on Intel CPUs; an 8-byte load per entry elsewhere (`iq2_s_permutes`); `GGML_LOWBIT_IQ2S_PERMUTES=0|1`
-//!   overrides. Both give the same bits.
+//!   time (`iq2_s_permutes`); `GGML_LOWBIT_IQ2S_PERMUTES=0` loads each entry instead, for measurement. Both give
+//!   the same bits.
 //! - Q1_0 tile quants (AVX-512 only): by zero-masked loads on Intel CPUs, by a zero-masking move elsewhere
 //!   (`q1_tile_masked_loads`); `GGML_LOWBIT_Q1_MASKED_LOADS=0|1` overrides. Both give the same bits.
 //!
@@ -254,13 +254,14 @@ pub fn iq_gathers() -> bool {
 
 /// Whether the AVX-512 IQ2_S kernel without gathers looks its grid codes up by permutes, two blocks at a time
 /// (`IqPairDecode for BlockIQ2S`: eight `vpermi2b` per code table for 64 indices), instead of an 8-byte load
-/// and insert per entry: on Intel CPUs, whose one shuffle port the loads' inserts fill (Ice Lake Xeon,
-/// 2026-12-03: 1.03–1.14× faster than the loads in quiet minutes, 1.08–1.28× when the host slowed stock,
-/// `docs/PERFORMANCE.md`); not on AMD, where the one-block permute lookup measured slower than the loads and the
-/// two-block one is unmeasured. `GGML_LOWBIT_IQ2S_PERMUTES=0|1` overrides. Decided once.
+/// and insert per entry: on every CPU. Intel's one shuffle port is filled by the loads' inserts (Ice Lake Xeon,
+/// 2026-12-03: 1.03–1.14× faster than the loads in quiet minutes, 1.08–1.28× when the host slowed stock); on
+/// AMD's Zen 4 the two-block permute form measured 1.74–1.87× stock haswell against 1.13–1.38× for the loads
+/// (three alternating rounds, 2026-12-03, `docs/PERFORMANCE.md`), where the one-block permute lookup had lost to
+/// the loads. Zen 5 is unmeasured with this form. `GGML_LOWBIT_IQ2S_PERMUTES=0|1` overrides. Decided once.
 pub fn iq2_s_permutes() -> bool {
     static PERMUTES: OnceLock<bool> = OnceLock::new();
-    *PERMUTES.get_or_init(|| env_flag("GGML_LOWBIT_IQ2S_PERMUTES").unwrap_or_else(cpu_is_intel))
+    *PERMUTES.get_or_init(|| env_flag("GGML_LOWBIT_IQ2S_PERMUTES").unwrap_or(true))
 }
 
 /// Whether the AVX-512 Q1_0 tile kernel reads each row's quants of a column by zero-masked loads (the row's sign

@@ -98,7 +98,7 @@ pub const IQ3S_LEVELS: [u8; 8] = [1, 3, 5, 7, 9, 11, 13, 15];
 /// levels, 3 for the eight IQ3 ones), packed from the entry's first byte up (16 or 12 bits per entry), split
 /// into a table of low bytes and one of high bytes. The AVX-512 kernels look entries up in these with byte
 /// permutes instead of loading them one by one (IQ2_S's 1024 entries, eight permutes per table, only two blocks
-/// at a time and only on Intel CPUs: `dispatch::iq2_s_permutes`).
+/// at a time: `dispatch::iq2_s_permutes`).
 #[repr(C, align(64))]
 pub struct GridCodes<const N: usize> {
     pub lo: [u8; N],

@@ -1999,12 +1999,13 @@ pub trait IqDecode: IqBlock {
 }
 
 /// The grid entries of 32 indices held four to a qword in `words` (16 bits each), each one scalar load from
-/// `table`, eight assembled per zmm: IQ2_S's lookup on AMD (`dispatch::iq2_s_permutes`), where this beat the
-/// permute lookup of one block (`lookup_bytes` needs eight `vpermi2b` per code table there); taking the indices
-/// out four at a time as qwords and splitting them with shifts costs fewer shuffle micro-ops than a `vpextrw`
-/// per index. Each pair of entries is a `vmovq` and a `vpinsrq` from memory, written out: the compiler's `vmovq`
-/// pair and `vpunpcklqdq` is one instruction more per pair (Zen 5, 2026-12-02: IQ2_S 1.40–1.47× stock against
-/// 1.31–1.41×).
+/// `table`, eight assembled per zmm: IQ2_S's lookup with `GGML_LOWBIT_IQ2S_PERMUTES=0`
+/// (`dispatch::iq2_s_permutes`; the default on AMD until the two-block permutes measured faster on Zen 4),
+/// where this beat the permute lookup of one block (`lookup_bytes` needs eight `vpermi2b` per code table
+/// there); taking the indices out four at a time as qwords and splitting them with shifts costs fewer shuffle
+/// micro-ops than a `vpextrw` per index. Each pair of entries is a `vmovq` and a `vpinsrq` from memory,
+/// written out: the compiler's `vmovq` pair and `vpunpcklqdq` is one instruction more per pair (Zen 5,
+/// 2026-12-02: IQ2_S 1.40–1.47× stock against 1.31–1.41×).
 ///
 /// # Safety
 /// Every index is inside `table`.
