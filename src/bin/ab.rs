@@ -140,7 +140,8 @@ enum Command {
         /// tiny, tiny-moe, bonsai-1.7b, bonsai-8b or bonsai2-27b.
         #[arg(long, default_value = "tiny")]
         preset: String,
-        /// Weight type: q2_0, q1_0, tq2_0, or the PrismML fork's pq2_0 (142) / ptq1_0 (143), which only the fork loads.
+        /// Weight type: q2_0, q1_0, tq2_0, tq1_0, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, or the PrismML fork's
+        /// pq2_0 (142) / ptq1_0 (143), which only the fork loads.
         #[arg(long = "type", default_value = "q2_0")]
         wtype: String,
         #[arg(long, default_value_t = 1)]
