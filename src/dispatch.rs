@@ -269,7 +269,8 @@ pub fn iq2_s_permutes() -> bool {
 /// zero-masking move: on Intel CPUs, where a masked load needs only a load port while the move takes one of the
 /// two 512-bit vector ports the tile loop is short of (Ice Lake Xeon, 2026-12-02: decode tiles on 4096×4096
 /// 1.28–1.86× → 1.37–2.01× stock in nine interleaved runs, each faster, `docs/PERFORMANCE.md`); not on AMD,
-/// whose Zen 5 tile and vec_dot loops were bound by their loads. `GGML_LOWBIT_Q1_MASKED_LOADS=0|1` overrides.
+/// whose Zen 5 tile and vec_dot loops were bound by their loads and whose Zen 4 ran both forms alike (1.73–1.93×
+/// stock either way, 2026-12-03). `GGML_LOWBIT_Q1_MASKED_LOADS=0|1` overrides.
 /// Decided once.
 pub fn q1_tile_masked_loads() -> bool {
     static MASKED: OnceLock<bool> = OnceLock::new();
