@@ -839,6 +839,15 @@ impl Kernels {
         self.simd_over_generic_c() || (self.isa >= Isa::Avx512 && tq2_0_avx512_beats_haswell())
     }
 
+    /// Whether whole TQ2_0 products (the mul_mat hook and the patched build, `tiles::mul_mat_tq_tiles`) beat
+    /// stock's: wherever the `vec_dot` kernel does, and with AVX-512 on every CPU. On Zen 4, where the
+    /// `vec_dot` kernel only matches stock's, the tiles measured 1.14–1.48× / 1.04–1.25× stock on 4096×4096 /
+    /// 12288×4096 and 1.17–1.39× on the 151669×4096 output matrix, and a Bonsai-8B-shaped TQ2_0 model decodes
+    /// faster through them (`docs/tq2_0.md`).
+    pub fn serves_tq2_0_tiles_over_stock(&self) -> bool {
+        self.serves_tq2_0_over_stock() || self.isa >= Isa::Avx512
+    }
+
     /// An IQ format against `x.len()` q8_K blocks, in the haswell build's eight-lane order or the x64 build's
     /// chain (`formats/iq.rs`).
     pub fn vec_dot_iq_q8_k<B: IqFormat>(&self, x: &[B], y: &[BlockQ8K]) -> f32 {
@@ -1138,6 +1147,11 @@ mod tests {
                 assert_eq!(
                     k.serves_tq2_0_over_stock(),
                     simd && (x64 || (avx512 && (cpu_is_intel() || cpu_family() >= 26))),
+                    "{what}"
+                );
+                assert_eq!(
+                    k.serves_tq2_0_tiles_over_stock(),
+                    simd && (x64 || avx512),
                     "{what}"
                 );
                 assert_eq!(

@@ -56,7 +56,8 @@ enum Weights {
 
 impl Weights {
     /// The format of a ggml type, if the hook serves it with these kernels: Q1_0, TQ2_0 and TQ1_0 only where
-    /// our kernels beat stock's (`Kernels::serves_q1_0_over_stock`, `serves_tq{2,1}_0_over_stock`) or under
+    /// our kernels beat stock's (`Kernels::serves_q1_0_over_stock`, `serves_tq2_0_tiles_over_stock`,
+    /// `serves_tq1_0_over_stock`) or under
     /// `GGML_LOWBIT_SERVE_ALL=1`; the fork formats always (the fork runs them through its generic C).
     fn of(type_: c_int, kernels: &Kernels) -> Option<Weights> {
         let type_ = u32::try_from(type_).ok()?;
@@ -67,7 +68,7 @@ impl Weights {
             }
             GGML_TYPE_PQ2_0 => Some(Weights::Pq2_0),
             GGML_TYPE_PTQ1_0 => Some(Weights::Ptq1_0),
-            GGML_TYPE_TQ2_0 if kernels.serves_tq2_0_over_stock() || config().serve_all => {
+            GGML_TYPE_TQ2_0 if kernels.serves_tq2_0_tiles_over_stock() || config().serve_all => {
                 Some(Weights::Tq2_0)
             }
             GGML_TYPE_TQ1_0 if kernels.serves_tq1_0_over_stock() || config().serve_all => {
@@ -275,7 +276,7 @@ fn hook() -> &'static Hook {
                         ""
                     },
                     match (
-                        c.kernels.serves_tq2_0_over_stock(),
+                        c.kernels.serves_tq2_0_tiles_over_stock(),
                         c.kernels.serves_tq1_0_over_stock(),
                     ) {
                         (true, true) => ", TQ2_0, TQ1_0",
