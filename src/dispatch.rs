@@ -841,9 +841,9 @@ impl Kernels {
 
     /// Whether whole TQ2_0 products (the mul_mat hook and the patched build, `tiles::mul_mat_tq_tiles`) beat
     /// stock's: wherever the `vec_dot` kernel does, and with AVX-512 on every CPU. On Zen 4, where the
-    /// `vec_dot` kernel only matches stock's, the tiles measured 1.14–1.48× / 1.04–1.25× stock on 4096×4096 /
-    /// 12288×4096 and 1.17–1.39× on the 151669×4096 output matrix, and a Bonsai-8B-shaped TQ2_0 model decodes
-    /// faster through them (`docs/tq2_0.md`).
+    /// `vec_dot` kernel only matches stock's, the tiles measured 1.13–1.21× stock on every Bonsai-8B shape
+    /// (`scripts/ab.sh`, one thread, 2026-12-03) and a Bonsai-8B-shaped TQ2_0 model decodes 1.20–1.41× stock
+    /// through them on two threads (`docs/tq2_0.md`).
     pub fn serves_tq2_0_tiles_over_stock(&self) -> bool {
         self.serves_tq2_0_over_stock() || self.isa >= Isa::Avx512
     }
