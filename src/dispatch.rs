@@ -840,12 +840,12 @@ impl Kernels {
     }
 
     /// Whether whole TQ2_0 products (the mul_mat hook and the patched build, `tiles::mul_mat_tq_tiles`) beat
-    /// stock's: wherever the `vec_dot` kernel does, and with AVX-512 on every CPU. On Zen 4, where the
+    /// stock's: in front of the x64 build as `vec_dot` does, and with AVX-512 on every CPU. On Zen 4, where the
     /// `vec_dot` kernel only matches stock's, the tiles measured 1.13–1.21× stock on every Bonsai-8B shape
     /// (`scripts/ab.sh`, one thread, 2026-12-03) and a Bonsai-8B-shaped TQ2_0 model decodes 1.20–1.41× stock
     /// through them on two threads (`docs/tq2_0.md`).
     pub fn serves_tq2_0_tiles_over_stock(&self) -> bool {
-        self.serves_tq2_0_over_stock() || self.isa >= Isa::Avx512
+        self.simd_over_generic_c() || self.isa >= Isa::Avx512
     }
 
     /// An IQ format against `x.len()` q8_K blocks, in the haswell build's eight-lane order or the x64 build's
