@@ -473,6 +473,46 @@ mod tests {
         assert!(n > 2_000);
     }
 
+    /// The quantizers' f32 → f16 by F16C (`avx2::f32_to_f16_ggml_f16c`) against ggml's software routine (the
+    /// model) on every positive f32 from 2^-26 up to 2^17 (every half below, at and above the subnormal range,
+    /// every rounding tie and the overflow to Inf), on both signs of a spread of them, and on the rest of the
+    /// range (0, tiny, huge, Inf, NaNs with payloads) by steps.
+    #[test]
+    fn f16c_narrowing_gives_the_software_routines_bits() {
+        use crate::fp16::f32_to_f16_ggml_soft_model;
+        if !std::arch::is_x86_feature_detected!("f16c") {
+            eprintln!("no F16C here: the quantizers use the software routine");
+            return;
+        }
+        // SAFETY: F16C was detected above.
+        let hw = |b: u32| unsafe { super::avx2::f32_to_f16_ggml_f16c(f32::from_bits(b)) };
+        let check = |b: u32| {
+            let want = f32_to_f16_ggml_soft_model(f32::from_bits(b));
+            assert_eq!(hw(b), want, "f32 bits {b:#010x}");
+        };
+        // Exponents 101..=143: results from 0 (below half the smallest subnormal) to Inf (2^16 and up).
+        for b in (101u32 << 23)..(144u32 << 23) {
+            check(b);
+            if b % 997 == 0 {
+                check(b | 0x8000_0000);
+            }
+        }
+        for b in (0..=u32::MAX).step_by(65_521) {
+            check(b);
+        }
+        for b in [
+            0x7f80_0000u32,
+            0xff80_0000,
+            0x7fc0_0000,
+            0xffc0_1234,
+            0x7f80_0001,
+            0x7fff_ffff,
+            0x0000_0001,
+        ] {
+            check(b);
+        }
+    }
+
     /// Q1_0 tiles (AVX-512 haswell order; per pair elsewhere): the same, with all-clear and all-set rows among
     /// the random ones and 60 columns of 32 blocks crossing a prepared-column chunk (51 columns).
     #[test]
