@@ -7,6 +7,8 @@
 //! haswell disassembly shows it, not `vcvtps2ph`): round-to-nearest-even, overflow to ±Inf, and every NaN
 //! becomes `sign | 0x7E00`. The haswell build fuses the routine's second scaling multiply into its add; that
 //! cannot change a result (the product is exact except below 2^-126, where the added bias of 2.0 swamps it).
+//! Our vectorised quantizers narrow with F16C where the input is not NaN (the same bits:
+//! `arch::x86::avx2::f32_to_f16_ggml_f16c`) and with the model below where it is.
 
 /// An f16 stored as two little-endian bytes, as ggml's `ggml_half` in a block (alignment 1, so blocks can sit at
 /// any address ggml hands us).

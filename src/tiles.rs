@@ -537,9 +537,10 @@ pub(crate) unsafe fn mul_mat_tq_tiles<B>(
 /// uses. Stream `i` walks the rows `iq..(i + 1)q` (`q = rows / 4`) in order, so each is a long sequential
 /// stream the hardware prefetchers follow (see `mul_mat_q2_0_tiles`), but it starts `stream_starts(…)[i]` rows
 /// into its quarter and wraps around, so the four row pointers of a step sit about 1 KiB apart modulo 4 KiB
-/// wherever the row size allows it. (Started together, the four streams of a 4096-row TQ2_0 matrix — 1056-byte rows, quarters 264 pages
-/// apart — read the same L1 sets at every step: on the Zen 4 EPYC its tiles ran at 0.72–0.91× stock on
-/// 4096×4096, where the matrix stays in L3, against 1.14–1.48× staggered; `docs/PERFORMANCE.md`.)
+/// wherever the row size allows it. (Started together, the four streams of a 4096-row TQ2_0 matrix — 1056-byte
+/// rows, quarters 264 pages apart — read the same L1 sets at every step: on the Zen 4 EPYC its tiles ran at
+/// 0.72–0.91× stock on 4096×4096, where the matrix stays in L3, against 1.14–1.48× staggered;
+/// `docs/PERFORMANCE.md`.)
 fn tile_steps(rows: usize, row_bytes: usize) -> (usize, impl Iterator<Item = [usize; TILE_ROWS]>) {
     let q = rows / TILE_ROWS;
     let starts = stream_starts(q, row_bytes);

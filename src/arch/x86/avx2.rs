@@ -811,9 +811,10 @@ pub unsafe fn quantize_row_q8_0<const AVX_ORDER: bool>(x: &[f32], y: &mut [Block
 
 /// ggml's software f32 → f16 (`fp16::f32_to_f16_ggml_soft_model`, what both stock builds' q8_0 quantizers call)
 /// as one `vcvtps2ph`: F16C's round-to-nearest-even gives the routine's bits for every non-NaN input (a tier-1
-/// test compares them over every f32 whose half is not trivially 0 or Inf); a NaN takes the model, whose NaN is
-/// `sign | 0x7E00` where F16C would keep payload bits. Per block of 32 quants the model's branches cost about as
-/// much as the block's vector work.
+/// test compares them over every positive f32 whose half is not trivially 0 or Inf and samples of the rest; the
+/// bit tests compare the quantizer with both stock builds); a NaN takes the model, whose NaN is `sign | 0x7E00`
+/// where F16C would keep payload bits. Per block of 32 quants the model's branches cost about as much as the
+/// block's vector work.
 ///
 /// # Safety
 /// The CPU must have F16C.
