@@ -527,7 +527,8 @@ impl Subject {
 }
 
 /// One tile-export case of `format`: a whole product with row tails (1..=9 rows), several columns, strides with
-/// gaps and gaps between output columns; every element against stock's vec_dot (`st`) on its pair.
+/// gaps and gaps between output columns (for Q1_0 also single columns of 16..=40 rows); every element against
+/// stock's vec_dot (`st`) on its pair.
 fn mul_mat_case(
     gen: &mut Gen,
     format: TileFormat,
@@ -538,11 +539,16 @@ fn mul_mat_case(
     let case = gen.case;
     let (per, act_bytes) = format.act_per_block();
     let bytes = format.block_bytes();
-    let nb = gen
+    let mut nb = gen
         .row_blocks(format.weights())
         .min(3072 / format.weights());
-    let rows = gen.rng.gen_range(1..=9);
-    let cols = gen.rng.gen_range(1..=3);
+    let mut rows = gen.rng.gen_range(1..=9);
+    let mut cols = gen.rng.gen_range(1..=3);
+    // A quarter of the Q1_0 cases are decode-shaped: one column, 16..=40 rows (several steps per tile stream,
+    // so the streams start apart), rows of up to 70 blocks.
+    if format == TileFormat::Q1_0 && gen.rng.gen_ratio(1, 4) {
+        (nb, rows, cols) = (gen.rng.gen_range(1..=70), gen.rng.gen_range(16..=40), 1);
+    }
     let sh = MulMatShape {
         format,
         nb,

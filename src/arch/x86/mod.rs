@@ -514,13 +514,29 @@ mod tests {
     }
 
     /// Q1_0 tiles (AVX-512 haswell order; per pair elsewhere): the same, with all-clear and all-set rows among
-    /// the random ones and 60 columns of 32 blocks crossing a prepared-column chunk (51 columns).
+    /// the random ones, 60 columns of 32 blocks crossing a prepared-column chunk (51 columns), and single
+    /// columns of 16 to 40 rows.
     #[test]
     fn q1_0_mul_mat_tiles_match_the_per_pair_models() {
         use crate::formats::q1_0::{vec_dot_q1_0_q8_0_model, BlockQ1_0};
         let mut shapes = tile_shapes(&[1, 2, 3, 4, 5, 8, 11]);
         shapes.push((32, 5, 60));
         shapes.push((33, 7, 2));
+        // Single columns (decode) of 16 rows and more: several steps per stream, so the streams start apart
+        // (`stream_starts`), with row tails and odd block counts.
+        for (nb, rows) in [
+            (1, 16),
+            (2, 17),
+            (5, 31),
+            (31, 16),
+            (32, 40),
+            (33, 18),
+            (64, 16),
+            (65, 33),
+            (97, 21),
+        ] {
+            shapes.push((nb, rows, 1));
+        }
         let n = tiles_match_the_per_pair_models(
             12,
             4,
