@@ -1,6 +1,8 @@
 //! x86-64 kernels: `avx2.rs` and `avx512.rs` define the same function names.
 pub mod avx2;
 pub mod avx512;
+#[cfg(test)]
+mod bounds;
 
 /// How far ahead of the block being multiplied the row kernels prefetch their weights, in bytes (about 64 blocks
 /// of the fork's formats, 20–30 of the IQ formats). Rows are adjacent in memory, so near a row's end this

@@ -1,0 +1,474 @@
+//! Tier 1: no kernel reads or writes outside the buffers it is given ("never read outside the buffers ggml
+//! passes"). Every buffer a kernel sees is copied against an inaccessible page (`PROT_NONE`): once so that it
+//! ends exactly where the page starts (over-reads past the last block, e.g. a 512-bit load of a short tail),
+//! once so that it starts exactly where one ends (reads before the first byte). A touch of either page is a
+//! fault; the handler installed here names the case on stderr before the process dies, so the test fails
+//! loudly and says where. Results are compared with the scalar table's (the models) on the same data, so a
+//! kernel that read a neighbour's bytes without faulting would show as a wrong value.
+//!
+//! Covered, at every instruction set this CPU has, every per-CPU kernel form and both float orders: every
+//! `vec_dot`, every tile product (rows and columns strided, the last row ending at the page), every
+//! dequantizer and both quantizers, over block counts that hit every tail of the 2-, 4- and 8-block loops.
+//! Prefetches are exempt by the hardware: a prefetch of an inaccessible address never faults.
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::dispatch::{detected_isa, Isa, Kernels};
+use crate::formats::iq2_s::BlockIQ2S;
+use crate::formats::iq2_xs::BlockIQ2XS;
+use crate::formats::iq2_xxs::BlockIQ2XXS;
+use crate::formats::iq3_s::BlockIQ3S;
+use crate::formats::iq3_xxs::BlockIQ3XXS;
+use crate::formats::pq2_0::BlockPQ2_0;
+use crate::formats::ptq1_0::BlockPTQ1_0;
+use crate::formats::q1_0::BlockQ1_0;
+use crate::formats::q2_0::BlockQ2_0;
+use crate::formats::q8_0::BlockQ8_0;
+use crate::formats::q8_k::{BlockQ8K, QK_K};
+use crate::formats::tq1_0::BlockTQ1_0;
+use crate::formats::tq2_0::BlockTQ2_0;
+use crate::formats::{blocks, blocks_mut, RawBlock};
+use crate::tiles::Rows;
+use crate::FloatOrder;
+
+/// Block counts: every tail of the kernels' 2-, 4- and 8-block steps, and longer rows that cross their
+/// 32- and 64-block slabs.
+const BLOCK_COUNTS: [usize; 19] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 16, 17, 32, 33, 64, 65,
+];
+
+thread_local! {
+    /// The case this thread is running, for the fault handler (a fixed buffer: the handler must not allocate).
+    static CASE: Cell<([u8; 200], usize)> = const { Cell::new(([0; 200], 0)) };
+}
+
+fn set_case(label: &str) {
+    let mut buf = [0u8; 200];
+    let n = label.len().min(buf.len());
+    buf[..n].copy_from_slice(&label.as_bytes()[..n]);
+    CASE.with(|c| c.set((buf, n)));
+}
+
+/// The action that was installed before ours, restored by the handler so that the fault, re-raised when the
+/// handler returns, ends the process as it would have (Rust's stack-overflow report included).
+static PREVIOUS_ACTION: OnceLock<libc::sigaction> = OnceLock::new();
+
+extern "C" fn on_fault(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    let write = |bytes: &[u8]| {
+        // SAFETY: `write(2)` on stderr from a buffer we own; async-signal-safe.
+        unsafe { libc::write(2, bytes.as_ptr() as *const libc::c_void, bytes.len()) };
+    };
+    // SAFETY: the kernel passes a valid `siginfo_t` to an SA_SIGINFO handler.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let mut hex = *b"0x0000000000000000\n";
+    for (i, digit) in hex[2..18].iter_mut().enumerate() {
+        *digit = b"0123456789abcdef"[(addr >> (60 - 4 * i)) & 0xf];
+    }
+    write(b"\nbounds: memory fault (a guard page touched?) at ");
+    write(&hex);
+    write(b"bounds: while running: ");
+    let (buf, n) = CASE.with(|c| c.get());
+    write(&buf[..n]);
+    write(b"\n");
+    if let Some(previous) = PREVIOUS_ACTION.get() {
+        // SAFETY: restores the action that was installed before ours; async-signal-safe.
+        unsafe { libc::sigaction(libc::SIGSEGV, previous, std::ptr::null_mut()) };
+    }
+}
+
+fn install_fault_handler() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        // SAFETY: a zeroed `sigaction` is a valid start; the handler has the SA_SIGINFO signature and only
+        // calls async-signal-safe functions.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_fault as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut action.sa_mask);
+            let mut previous: libc::sigaction = std::mem::zeroed();
+            assert_eq!(libc::sigaction(libc::SIGSEGV, &action, &mut previous), 0);
+            let _ = PREVIOUS_ACTION.set(previous);
+        }
+    });
+}
+
+/// A copy of some bytes in its own mapping, against an inaccessible page at one end.
+struct Guarded {
+    map: *mut u8,
+    map_len: usize,
+    data: *mut u8,
+    len: usize,
+}
+
+/// Where the guard page sits: right after the last byte, or right before the first.
+#[derive(Clone, Copy, Debug)]
+enum Guard {
+    After,
+    Before,
+}
+
+impl Guarded {
+    fn new(bytes: &[u8], guard: Guard) -> Guarded {
+        // SAFETY: `sysconf` has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let data_pages = bytes.len().div_ceil(page).max(1);
+        let map_len = (data_pages + 2) * page;
+        // SAFETY: a fresh private anonymous mapping; the two end pages are made inaccessible before any use,
+        // and `data` lies inside the accessible pages between them.
+        unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED, "mmap");
+            let map = map as *mut u8;
+            let last = map.add(map_len - page);
+            assert_eq!(
+                libc::mprotect(map as *mut libc::c_void, page, libc::PROT_NONE),
+                0
+            );
+            assert_eq!(
+                libc::mprotect(last as *mut libc::c_void, page, libc::PROT_NONE),
+                0
+            );
+            let data = match guard {
+                Guard::After => last.sub(bytes.len()),
+                Guard::Before => map.add(page),
+            };
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), data, bytes.len());
+            Guarded {
+                map,
+                map_len,
+                data,
+                len: bytes.len(),
+            }
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` initialised bytes at `data`, inside the accessible pages, alive as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `bytes`; the borrow of `self` is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.data, self.len) }
+    }
+
+    fn blocks<T: RawBlock>(&self) -> &[T] {
+        blocks(self.bytes())
+    }
+
+    fn floats(&self) -> &[f32] {
+        let b = self.bytes();
+        assert!((b.as_ptr() as usize).is_multiple_of(4) && b.len().is_multiple_of(4));
+        // SAFETY: aligned, whole floats, every bit pattern a valid f32.
+        unsafe { std::slice::from_raw_parts(b.as_ptr() as *const f32, b.len() / 4) }
+    }
+
+    fn floats_mut(&mut self) -> &mut [f32] {
+        let b = self.bytes_mut();
+        assert!((b.as_ptr() as usize).is_multiple_of(4) && b.len().is_multiple_of(4));
+        // SAFETY: as `floats`, exclusive.
+        unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut f32, b.len() / 4) }
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
+    }
+}
+
+fn raw<T: RawBlock>(v: &[T]) -> &[u8] {
+    // SAFETY: `RawBlock` types are plain bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+fn same(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// Every table the library can run here: each instruction set up to the CPU's, each per-CPU form, both orders.
+fn every_table() -> Vec<Kernels> {
+    FloatOrder::ALL
+        .into_iter()
+        .flat_map(|order| {
+            Isa::ALL
+                .into_iter()
+                .filter(|&i| i <= detected_isa())
+                .flat_map(move |i| Kernels::every_variant(i, order))
+        })
+        .collect()
+}
+
+fn table_name(k: &Kernels) -> String {
+    format!("{:?} {}{}", k.isa, k.order.name(), k.forms_note())
+}
+
+/// Random weight blocks: every byte random (grid indices, signs, scales: NaN and Inf scales included, which
+/// only change the value the models must also give).
+fn weight_blocks<B: RawBlock>(rng: &mut SmallRng, nb: usize) -> Vec<B> {
+    let mut bytes = vec![0u8; nb * std::mem::size_of::<B>()];
+    rng.fill(&mut bytes[..]);
+    blocks::<B>(&bytes).to_vec()
+}
+
+/// q8_0 blocks with ordinary scales (0x2000..0x3c00) and random quants.
+fn q8_0_blocks(rng: &mut SmallRng, n: usize) -> Vec<BlockQ8_0> {
+    (0..n)
+        .map(|_| {
+            let mut qs = [0i8; 32];
+            rng.fill(&mut qs[..]);
+            BlockQ8_0 {
+                d: crate::fp16::GgmlHalf::from_bits(rng.gen_range(0x2000..0x3c00)),
+                qs,
+            }
+        })
+        .collect()
+}
+
+/// q8_K blocks as the quantizer makes them (bsums the sums of sixteen), so the TQ kernels stay on their vector
+/// path rather than handing the row to the model.
+fn q8_k_blocks(rng: &mut SmallRng, n: usize) -> Vec<BlockQ8K> {
+    (0..n)
+        .map(|_| {
+            let mut b = BlockQ8K::default();
+            rng.fill(&mut b.qs[..]);
+            for m in 0..QK_K / 16 {
+                let s: i16 = b.qs[16 * m..16 * m + 16].iter().map(|&q| q as i16).sum();
+                b.set_bsum(m, s);
+            }
+            b.d = rng.gen_range(0.001f32..0.05).to_le_bytes();
+            b
+        })
+        .collect()
+}
+
+/// One `vec_dot` format: for every table and block count, the weights and activations each against a guard
+/// page (after, then before), the value equal to the scalar table's.
+fn vec_dot_stays_inside<B: RawBlock, Y: RawBlock>(
+    name: &str,
+    y_per_block: usize,
+    activations: fn(&mut SmallRng, usize) -> Vec<Y>,
+    dot: fn(&Kernels, &[B], &[Y]) -> f32,
+) {
+    install_fault_handler();
+    let mut rng = SmallRng::seed_from_u64(0xb0d5);
+    for k in every_table() {
+        let model = Kernels::new(Isa::Scalar, k.order);
+        for nb in BLOCK_COUNTS {
+            let x: Vec<B> = weight_blocks(&mut rng, nb);
+            let y = activations(&mut rng, nb * y_per_block);
+            let want = dot(&model, &x, &y);
+            for guard in [Guard::After, Guard::Before] {
+                set_case(&format!(
+                    "vec_dot {name} {} nb {nb} guard {guard:?}",
+                    table_name(&k)
+                ));
+                let (gx, gy) = (Guarded::new(raw(&x), guard), Guarded::new(raw(&y), guard));
+                let got = dot(&k, gx.blocks(), gy.blocks());
+                assert!(
+                    same(got, want),
+                    "{name} {} nb {nb} {guard:?}: {got} vs {want}",
+                    table_name(&k)
+                );
+            }
+        }
+    }
+    set_case("");
+}
+
+#[test]
+fn vec_dots_read_only_their_rows() {
+    vec_dot_stays_inside::<BlockQ2_0, _>("q2_0", 2, q8_0_blocks, Kernels::vec_dot_q2_0_q8_0);
+    vec_dot_stays_inside::<BlockQ1_0, _>("q1_0", 4, q8_0_blocks, Kernels::vec_dot_q1_0_q8_0);
+    vec_dot_stays_inside::<BlockPQ2_0, _>("pq2_0", 4, q8_0_blocks, Kernels::vec_dot_pq2_0_q8_0);
+    vec_dot_stays_inside::<BlockPTQ1_0, _>("ptq1_0", 4, q8_0_blocks, Kernels::vec_dot_ptq1_0_q8_0);
+    vec_dot_stays_inside::<BlockTQ2_0, _>("tq2_0", 1, q8_k_blocks, Kernels::vec_dot_tq2_0_q8_k);
+    vec_dot_stays_inside::<BlockTQ1_0, _>("tq1_0", 1, q8_k_blocks, Kernels::vec_dot_tq1_0_q8_k);
+    vec_dot_stays_inside::<BlockIQ2XXS, _>("iq2_xxs", 1, q8_k_blocks, Kernels::vec_dot_iq_q8_k);
+    vec_dot_stays_inside::<BlockIQ2XS, _>("iq2_xs", 1, q8_k_blocks, Kernels::vec_dot_iq_q8_k);
+    vec_dot_stays_inside::<BlockIQ2S, _>("iq2_s", 1, q8_k_blocks, Kernels::vec_dot_iq_q8_k);
+    vec_dot_stays_inside::<BlockIQ3XXS, _>("iq3_xxs", 1, q8_k_blocks, Kernels::vec_dot_iq_q8_k);
+    vec_dot_stays_inside::<BlockIQ3S, _>("iq3_s", 1, q8_k_blocks, Kernels::vec_dot_iq_q8_k);
+}
+
+type MulMat<B, Y> = fn(&Kernels, Rows<'_, B>, Rows<'_, Y>, crate::tiles::Emit<'_>);
+
+/// One tile product: rows of `nb` blocks at a stride of `nb + gap` (the buffer ending with the last row's
+/// last block), columns likewise, each buffer against a guard page; every element equal to the scalar
+/// table's.
+fn mul_mat_stays_inside<B: RawBlock, Y: RawBlock>(
+    name: &str,
+    y_per_block: usize,
+    activations: fn(&mut SmallRng, usize) -> Vec<Y>,
+    mul_mat: MulMat<B, Y>,
+) {
+    install_fault_handler();
+    let mut rng = SmallRng::seed_from_u64(0x711e);
+    // (blocks per row, rows, columns): row tails of the 4-row steps, decode columns of 16 and more rows (the
+    // staggered streams), prefill column pairs and an odd column.
+    let shapes = [
+        (1, 1, 1),
+        (2, 3, 2),
+        (3, 5, 3),
+        (5, 9, 1),
+        (8, 16, 1),
+        (9, 17, 2),
+        (16, 33, 1),
+        (33, 7, 5),
+        (65, 18, 1),
+    ];
+    for k in every_table() {
+        let model = Kernels::new(Isa::Scalar, k.order);
+        for (case, &(nb, rows, cols)) in shapes.iter().enumerate() {
+            let (x_stride, y_stride) = (nb + case % 2, nb * y_per_block + case % 3);
+            let x: Vec<B> = weight_blocks(&mut rng, (rows - 1) * x_stride + nb);
+            let y = activations(&mut rng, (cols - 1) * y_stride + nb * y_per_block);
+            let run = |k: &Kernels, x: &[B], y: &[Y]| {
+                let xr = Rows::new(x, nb, x_stride, rows).expect("rows");
+                let yr = Rows::new(y, nb * y_per_block, y_stride, cols).expect("columns");
+                let mut out = vec![f32::NAN; rows * cols];
+                let mut seen = vec![0u32; rows * cols];
+                mul_mat(k, xr, yr, &mut |r, c, v| {
+                    out[c * rows + r] = v;
+                    seen[c * rows + r] += 1;
+                });
+                assert!(seen.iter().all(|&s| s == 1), "each element once");
+                out
+            };
+            let want = run(&model, &x, &y);
+            for guard in [Guard::After, Guard::Before] {
+                set_case(&format!(
+                    "mul_mat {name} {} nb {nb} rows {rows} cols {cols} guard {guard:?}",
+                    table_name(&k)
+                ));
+                let (gx, gy) = (Guarded::new(raw(&x), guard), Guarded::new(raw(&y), guard));
+                let got = run(&k, gx.blocks(), gy.blocks());
+                for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        same(g, w),
+                        "{name} {} nb {nb} rows {rows} cols {cols} {guard:?}: element {i} {g} vs {w}",
+                        table_name(&k)
+                    );
+                }
+            }
+        }
+    }
+    set_case("");
+}
+
+#[test]
+fn tile_products_read_only_their_rows_and_columns() {
+    mul_mat_stays_inside::<BlockQ2_0, _>("q2_0", 2, q8_0_blocks, Kernels::mul_mat_q2_0_q8_0);
+    mul_mat_stays_inside::<BlockQ1_0, _>("q1_0", 4, q8_0_blocks, Kernels::mul_mat_q1_0_q8_0);
+    mul_mat_stays_inside::<BlockPQ2_0, _>("pq2_0", 4, q8_0_blocks, Kernels::mul_mat_pq2_0_q8_0);
+    mul_mat_stays_inside::<BlockPTQ1_0, _>("ptq1_0", 4, q8_0_blocks, Kernels::mul_mat_ptq1_0_q8_0);
+    mul_mat_stays_inside::<BlockTQ2_0, _>("tq2_0", 1, q8_k_blocks, Kernels::mul_mat_tq2_0_q8_k);
+    mul_mat_stays_inside::<BlockTQ1_0, _>("tq1_0", 1, q8_k_blocks, Kernels::mul_mat_tq1_0_q8_k);
+}
+
+/// One dequantizer: `nb` blocks in, `qk·nb` floats out, both against guard pages; equal to the scalar table's.
+fn dequantize_stays_inside<B: RawBlock>(
+    name: &str,
+    qk: usize,
+    dequantize: fn(&Kernels, &[B], &mut [f32]),
+) {
+    install_fault_handler();
+    let mut rng = SmallRng::seed_from_u64(0xde90);
+    for k in every_table() {
+        let model = Kernels::new(Isa::Scalar, k.order);
+        for nb in BLOCK_COUNTS {
+            let x: Vec<B> = weight_blocks(&mut rng, nb);
+            let mut want = vec![0f32; qk * nb];
+            dequantize(&model, &x, &mut want);
+            for guard in [Guard::After, Guard::Before] {
+                set_case(&format!(
+                    "dequantize {name} {} nb {nb} guard {guard:?}",
+                    table_name(&k)
+                ));
+                let gx = Guarded::new(raw(&x), guard);
+                let mut out = Guarded::new(&vec![0u8; 4 * qk * nb], guard);
+                dequantize(&k, gx.blocks(), out.floats_mut());
+                for (i, (&g, &w)) in out.floats().iter().zip(&want).enumerate() {
+                    assert!(same(g, w), "{name} nb {nb} {guard:?}: weight {i}");
+                }
+            }
+        }
+    }
+    set_case("");
+}
+
+#[test]
+fn dequantizers_stay_inside_their_rows() {
+    dequantize_stays_inside::<BlockQ2_0>("q2_0", 64, Kernels::dequantize_row_q2_0);
+    dequantize_stays_inside::<BlockQ1_0>("q1_0", 128, Kernels::dequantize_row_q1_0);
+    dequantize_stays_inside::<BlockPQ2_0>("pq2_0", 128, Kernels::dequantize_row_pq2_0);
+    dequantize_stays_inside::<BlockPTQ1_0>("ptq1_0", 128, Kernels::dequantize_row_ptq1_0);
+    dequantize_stays_inside::<BlockTQ2_0>("tq2_0", QK_K, Kernels::dequantize_row_tq2_0);
+    dequantize_stays_inside::<BlockTQ1_0>("tq1_0", QK_K, Kernels::dequantize_row_tq1_0);
+    dequantize_stays_inside::<BlockIQ2XXS>("iq2_xxs", QK_K, Kernels::dequantize_row_iq);
+    dequantize_stays_inside::<BlockIQ2XS>("iq2_xs", QK_K, Kernels::dequantize_row_iq);
+    dequantize_stays_inside::<BlockIQ2S>("iq2_s", QK_K, Kernels::dequantize_row_iq);
+    dequantize_stays_inside::<BlockIQ3XXS>("iq3_xxs", QK_K, Kernels::dequantize_row_iq);
+    dequantize_stays_inside::<BlockIQ3S>("iq3_s", QK_K, Kernels::dequantize_row_iq);
+}
+
+/// One quantizer: `qk·nb` floats in (random, with ±0, ±Inf and NaN among them), `nb` blocks out, both
+/// against guard pages; equal to the scalar table's.
+fn quantize_stays_inside<Y: RawBlock + Default>(
+    name: &str,
+    qk: usize,
+    quantize: fn(&Kernels, &[f32], &mut [Y]),
+) {
+    install_fault_handler();
+    let mut rng = SmallRng::seed_from_u64(0x9a47);
+    let specials = [0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
+    for k in every_table() {
+        let model = Kernels::new(Isa::Scalar, k.order);
+        for nb in BLOCK_COUNTS {
+            let x: Vec<f32> = (0..qk * nb)
+                .map(|_| match rng.gen_range(0..100) {
+                    0 => specials[rng.gen_range(0..specials.len())],
+                    _ => rng.gen_range(-3.0f32..3.0),
+                })
+                .collect();
+            let mut want = vec![Y::default(); nb];
+            quantize(&model, &x, &mut want);
+            // SAFETY: plain floats as bytes.
+            let x_bytes =
+                unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, 4 * x.len()) };
+            for guard in [Guard::After, Guard::Before] {
+                set_case(&format!(
+                    "quantize {name} {} nb {nb} guard {guard:?}",
+                    table_name(&k)
+                ));
+                let gx = Guarded::new(x_bytes, guard);
+                let mut out = Guarded::new(&vec![0u8; nb * std::mem::size_of::<Y>()], guard);
+                quantize(&k, gx.floats(), blocks_mut(out.bytes_mut()));
+                assert!(
+                    out.bytes() == raw(&want),
+                    "{name} nb {nb} {guard:?}: blocks differ"
+                );
+            }
+        }
+    }
+    set_case("");
+}
+
+#[test]
+fn quantizers_stay_inside_their_rows() {
+    quantize_stays_inside::<BlockQ8_0>("q8_0", 32, Kernels::quantize_row_q8_0);
+    quantize_stays_inside::<BlockQ8K>("q8_K", QK_K, Kernels::quantize_row_q8_k);
+}
