@@ -13,6 +13,7 @@ use rand::Rng;
 use super::cases::{
     Gen, Unaligned, Q1_0_BYTES, Q2_0_BYTES, Q8_0_BYTES, Q8_K_BYTES, TQ1_0_BYTES, TQ2_0_BYTES,
 };
+use super::guard::{as_floats, float_bytes, install_fault_handler, set_case, GuardedRegion, Side};
 use crate::dispatch::{Isa, Kernels};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
@@ -534,6 +535,7 @@ fn mul_mat_case(
     format: TileFormat,
     st: &CSymbols,
     subjects: &[Subject],
+    guards: &mut InputGuards,
     mut record: impl FnMut(usize, Outcome, String),
 ) {
     let case = gen.case;
@@ -595,8 +597,16 @@ fn mul_mat_case(
             );
         }
     }
+    let names = std::mem::take(&mut guards.names);
+    let side = guards.side;
+    let (gx, gy) = guards.inputs(&x, &y);
     for (j, s) in subjects.iter().enumerate() {
-        let got = s.mul_mat(sh, &x, &y);
+        set_case(format_args!(
+            "bits {} case {case} guard {side:?} subject {}",
+            format.symbol(),
+            names[j]
+        ));
+        let got = s.mul_mat(sh, gx, gy);
         let (o, at) = compare_f32(&got, &want);
         let describe = if o == Outcome::Differ {
             format!(
@@ -610,6 +620,62 @@ fn mul_mat_case(
             String::new()
         };
         record(j, o, describe);
+    }
+    guards.names = names;
+}
+
+/// Our subjects' inputs in two cases of three: copied against an inaccessible page (`guard.rs`), after the
+/// last byte or before the first by turns, so that a read outside them faults; the third case as generated, at
+/// its random misalignment. Stock always reads the generated buffers.
+struct InputGuards {
+    x: GuardedRegion,
+    y: GuardedRegion,
+    side: Option<Side>,
+    /// The subjects' names, for the fault handler's message (no allocation per call).
+    names: Vec<String>,
+}
+
+impl InputGuards {
+    fn new(subjects: &[Subject]) -> InputGuards {
+        install_fault_handler();
+        InputGuards {
+            x: GuardedRegion::new(1 << 20),
+            y: GuardedRegion::new(1 << 20),
+            side: None,
+            names: subjects.iter().map(Subject::name).collect(),
+        }
+    }
+
+    fn start_case(&mut self, case: u64) {
+        self.side = match case % 3 {
+            0 => Some(Side::After),
+            1 => Some(Side::Before),
+            _ => None,
+        };
+    }
+
+    /// `x` and `y` as our subjects read them this case.
+    fn inputs<'a>(&'a mut self, x: &'a [u8], y: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+        match self.side {
+            Some(side) => (&*self.x.place(x, side), &*self.y.place(y, side)),
+            None => (x, y),
+        }
+    }
+
+    /// Floats as our subjects read them this case (both placements keep them 4-byte aligned).
+    fn floats<'a>(&'a mut self, x: &'a [f32]) -> &'a [f32] {
+        match self.side {
+            Some(side) => as_floats(self.x.place(float_bytes(x), side)),
+            None => x,
+        }
+    }
+
+    /// Names the call about to run, for the fault handler.
+    fn label(&self, symbol: &str, case: u64, subject: usize) {
+        set_case(format_args!(
+            "bits {symbol} case {case} guard {:?} subject {}",
+            self.side, self.names[subject]
+        ));
     }
 }
 
@@ -717,8 +783,10 @@ pub fn run(
         .collect();
     let per_symbol = subjects.len();
     let mut gen = Gen::new(seed);
+    let mut guards = InputGuards::new(subjects);
     for case in 0..cases {
         gen.case = case;
+        guards.start_case(case);
         // ggml_vec_dot_q2_0_q8_0
         {
             let nb = gen.row_blocks(64);
@@ -735,7 +803,9 @@ pub fn run(
             gen.q8_0_row(2 * nb, y.bytes_mut());
             let want = call_vec_dot(st.vec_dot_q2_0_q8_0, n, x.bytes(), y.bytes(), nrc);
             for (k, s) in subjects.iter().enumerate() {
-                let got = s.vec_dot(n, x.bytes(), y.bytes(), nrc);
+                guards.label("ggml_vec_dot_q2_0_q8_0", case, k);
+                let (gx, gy) = guards.inputs(x.bytes(), y.bytes());
+                let got = s.vec_dot(n, gx, gy, nrc);
                 let (o, _) = compare_f32(&[got], &[want]);
                 reports[k].record(o, || {
                     format!(
@@ -756,7 +826,7 @@ pub fn run(
         ] {
             if case % 4 == turn {
                 let slot = symbol_index(format.symbol());
-                mul_mat_case(&mut gen, format, &st, subjects, |j, o, d| {
+                mul_mat_case(&mut gen, format, &st, subjects, &mut guards, |j, o, d| {
                     reports[slot * per_symbol + j].record(o, || d)
                 });
             }
@@ -798,10 +868,12 @@ pub fn run(
             for (j, s) in subjects.iter().enumerate() {
                 let mut got = Unaligned::new(out_len, gen.rng.gen_range(0..64));
                 got.bytes_mut().fill(0xaa);
+                guards.label(symbol, case, j);
+                let gx = guards.floats(x);
                 if qk == 32 {
-                    s.quantize(x, got.bytes_mut(), k as i64);
+                    s.quantize(gx, got.bytes_mut(), k as i64);
                 } else {
-                    s.quantize_k(x, got.bytes_mut(), k as i64);
+                    s.quantize_k(gx, got.bytes_mut(), k as i64);
                 }
                 let o = if got.bytes() == want.bytes() {
                     Outcome::Equal
@@ -841,7 +913,8 @@ pub fn run(
             };
             for (j, s) in subjects.iter().enumerate() {
                 let mut got = vec![sentinel; nb * 64 + 64];
-                s.dequantize(x.bytes(), &mut got, k as i64);
+                guards.label("dequantize_row_q2_0", case, j);
+                s.dequantize(guards.inputs(x.bytes(), &[]).0, &mut got, k as i64);
                 let (o, at) = compare_f32(&got, &want);
                 reports[2 * per_symbol + j].record(o, || {
                     format!(
@@ -867,7 +940,9 @@ pub fn run(
             gen.q8_0_row(4 * nb, y.bytes_mut());
             let want = call_vec_dot(st.vec_dot_q1_0_q8_0, n, x.bytes(), y.bytes(), nrc);
             for (j, s) in subjects.iter().enumerate() {
-                let got = s.vec_dot_q1_0(n, x.bytes(), y.bytes(), nrc);
+                guards.label("ggml_vec_dot_q1_0_q8_0", case, j);
+                let (gx, gy) = guards.inputs(x.bytes(), y.bytes());
+                let got = s.vec_dot_q1_0(n, gx, gy, nrc);
                 let (o, _) = compare_f32(&[got], &[want]);
                 reports[4 * per_symbol + j].record(o, || {
                     format!(
@@ -901,7 +976,8 @@ pub fn run(
             };
             for (j, s) in subjects.iter().enumerate() {
                 let mut got = vec![sentinel; nb * 128 + 128];
-                s.dequantize_q1_0(x.bytes(), &mut got, k as i64);
+                guards.label("dequantize_row_q1_0", case, j);
+                s.dequantize_q1_0(guards.inputs(x.bytes(), &[]).0, &mut got, k as i64);
                 let (o, at) = compare_f32(&got, &want);
                 reports[5 * per_symbol + j].record(o, || {
                     format!(
@@ -930,7 +1006,9 @@ pub fn run(
             gen.q8_k_row(nb, y.bytes_mut(), st.quantize_row_q8_k);
             let want = call_vec_dot(stock_dot, n, x.bytes(), y.bytes(), nrc);
             for (j, s) in subjects.iter().enumerate() {
-                let got = s.vec_dot_k(f, n, x.bytes(), y.bytes(), nrc);
+                guards.label(f.vec_dot_symbol(), case, j);
+                let (gx, gy) = guards.inputs(x.bytes(), y.bytes());
+                let got = s.vec_dot_k(f, n, gx, gy, nrc);
                 let (o, _) = compare_f32(&[got], &[want]);
                 reports[at + j].record(o, || {
                     format!(
@@ -956,7 +1034,8 @@ pub fn run(
             };
             for (j, s) in subjects.iter().enumerate() {
                 let mut got = vec![sentinel; nb * 256 + 256];
-                s.dequantize_k(f, x.bytes(), &mut got, k as i64);
+                guards.label(f.dequantize_symbol(), case, j);
+                s.dequantize_k(f, guards.inputs(x.bytes(), &[]).0, &mut got, k as i64);
                 let (o, at_value) = compare_f32(&got, &want);
                 reports[at + per_symbol + j].record(o, || {
                     format!(

@@ -4,4 +4,5 @@ pub mod bits;
 pub mod cases;
 pub mod e2e;
 pub mod fork;
+pub mod guard;
 pub mod speed;

@@ -2,7 +2,7 @@
 //! passes"). Every buffer a kernel sees is copied against an inaccessible page (`PROT_NONE`): once so that it
 //! ends exactly where the page starts (over-reads past the last block, e.g. a 512-bit load of a short tail),
 //! once so that it starts exactly where one ends (reads before the first byte). A touch of either page is a
-//! fault; the handler installed here names the case on stderr before the process dies, so the test fails
+//! fault; the handler (`ab/guard.rs`) names the case on stderr before the process dies, so the test fails
 //! loudly and says where. Results are compared with the scalar table's (the models) on the same data, so a
 //! kernel that read a neighbour's bytes without faulting would show as a wrong value.
 //!
@@ -11,12 +11,12 @@
 //! dequantizer and both quantizers, over block counts that hit every tail of the 2-, 4- and 8-block loops.
 //! Prefetches are exempt by the hardware: a prefetch of an inaccessible address never faults.
 
-use std::cell::Cell;
-use std::sync::OnceLock;
-
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::ab::guard::{
+    as_floats, float_bytes, install_fault_handler, set_case, GuardedRegion, Side,
+};
 use crate::dispatch::{detected_isa, Isa, Kernels};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
@@ -41,154 +41,7 @@ const BLOCK_COUNTS: [usize; 19] = [
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 16, 17, 32, 33, 64, 65,
 ];
 
-thread_local! {
-    /// The case this thread is running, for the fault handler (a fixed buffer: the handler must not allocate).
-    static CASE: Cell<([u8; 200], usize)> = const { Cell::new(([0; 200], 0)) };
-}
-
-fn set_case(label: &str) {
-    let mut buf = [0u8; 200];
-    let n = label.len().min(buf.len());
-    buf[..n].copy_from_slice(&label.as_bytes()[..n]);
-    CASE.with(|c| c.set((buf, n)));
-}
-
-/// The action that was installed before ours, restored by the handler so that the fault, re-raised when the
-/// handler returns, ends the process as it would have (Rust's stack-overflow report included).
-static PREVIOUS_ACTION: OnceLock<libc::sigaction> = OnceLock::new();
-
-extern "C" fn on_fault(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    let write = |bytes: &[u8]| {
-        // SAFETY: `write(2)` on stderr from a buffer we own; async-signal-safe.
-        unsafe { libc::write(2, bytes.as_ptr() as *const libc::c_void, bytes.len()) };
-    };
-    // SAFETY: the kernel passes a valid `siginfo_t` to an SA_SIGINFO handler.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    let mut hex = *b"0x0000000000000000\n";
-    for (i, digit) in hex[2..18].iter_mut().enumerate() {
-        *digit = b"0123456789abcdef"[(addr >> (60 - 4 * i)) & 0xf];
-    }
-    write(b"\nbounds: memory fault (a guard page touched?) at ");
-    write(&hex);
-    write(b"bounds: while running: ");
-    let (buf, n) = CASE.with(|c| c.get());
-    write(&buf[..n]);
-    write(b"\n");
-    if let Some(previous) = PREVIOUS_ACTION.get() {
-        // SAFETY: restores the action that was installed before ours; async-signal-safe.
-        unsafe { libc::sigaction(libc::SIGSEGV, previous, std::ptr::null_mut()) };
-    }
-}
-
-fn install_fault_handler() {
-    static INSTALLED: OnceLock<()> = OnceLock::new();
-    INSTALLED.get_or_init(|| {
-        // SAFETY: a zeroed `sigaction` is a valid start; the handler has the SA_SIGINFO signature and only
-        // calls async-signal-safe functions.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_fault as *const () as usize;
-            action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-            libc::sigemptyset(&mut action.sa_mask);
-            let mut previous: libc::sigaction = std::mem::zeroed();
-            assert_eq!(libc::sigaction(libc::SIGSEGV, &action, &mut previous), 0);
-            let _ = PREVIOUS_ACTION.set(previous);
-        }
-    });
-}
-
-/// A copy of some bytes in its own mapping, against an inaccessible page at one end.
-struct Guarded {
-    map: *mut u8,
-    map_len: usize,
-    data: *mut u8,
-    len: usize,
-}
-
-/// Where the guard page sits: right after the last byte, or right before the first.
-#[derive(Clone, Copy, Debug)]
-enum Guard {
-    After,
-    Before,
-}
-
-impl Guarded {
-    fn new(bytes: &[u8], guard: Guard) -> Guarded {
-        // SAFETY: `sysconf` has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let data_pages = bytes.len().div_ceil(page).max(1);
-        let map_len = (data_pages + 2) * page;
-        // SAFETY: a fresh private anonymous mapping; the two end pages are made inaccessible before any use,
-        // and `data` lies inside the accessible pages between them.
-        unsafe {
-            let map = libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(map, libc::MAP_FAILED, "mmap");
-            let map = map as *mut u8;
-            let last = map.add(map_len - page);
-            assert_eq!(
-                libc::mprotect(map as *mut libc::c_void, page, libc::PROT_NONE),
-                0
-            );
-            assert_eq!(
-                libc::mprotect(last as *mut libc::c_void, page, libc::PROT_NONE),
-                0
-            );
-            let data = match guard {
-                Guard::After => last.sub(bytes.len()),
-                Guard::Before => map.add(page),
-            };
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), data, bytes.len());
-            Guarded {
-                map,
-                map_len,
-                data,
-                len: bytes.len(),
-            }
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` initialised bytes at `data`, inside the accessible pages, alive as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.data, self.len) }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as `bytes`; the borrow of `self` is exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.data, self.len) }
-    }
-
-    fn blocks<T: RawBlock>(&self) -> &[T] {
-        blocks(self.bytes())
-    }
-
-    fn floats(&self) -> &[f32] {
-        let b = self.bytes();
-        assert!((b.as_ptr() as usize).is_multiple_of(4) && b.len().is_multiple_of(4));
-        // SAFETY: aligned, whole floats, every bit pattern a valid f32.
-        unsafe { std::slice::from_raw_parts(b.as_ptr() as *const f32, b.len() / 4) }
-    }
-
-    fn floats_mut(&mut self) -> &mut [f32] {
-        let b = self.bytes_mut();
-        assert!((b.as_ptr() as usize).is_multiple_of(4) && b.len().is_multiple_of(4));
-        // SAFETY: as `floats`, exclusive.
-        unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut f32, b.len() / 4) }
-    }
-}
-
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe { libc::munmap(self.map as *mut libc::c_void, self.map_len) };
-    }
-}
+const SIDES: [Side; 2] = [Side::After, Side::Before];
 
 fn raw<T: RawBlock>(v: &[T]) -> &[u8] {
     // SAFETY: `RawBlock` types are plain bytes.
@@ -264,6 +117,7 @@ fn vec_dot_stays_inside<B: RawBlock, Y: RawBlock>(
     dot: fn(&Kernels, &[B], &[Y]) -> f32,
 ) {
     install_fault_handler();
+    let (mut gx, mut gy) = (GuardedRegion::new(1 << 16), GuardedRegion::new(1 << 16));
     let mut rng = SmallRng::seed_from_u64(0xb0d5);
     for k in every_table() {
         let model = Kernels::new(Isa::Scalar, k.order);
@@ -271,22 +125,25 @@ fn vec_dot_stays_inside<B: RawBlock, Y: RawBlock>(
             let x: Vec<B> = weight_blocks(&mut rng, nb);
             let y = activations(&mut rng, nb * y_per_block);
             let want = dot(&model, &x, &y);
-            for guard in [Guard::After, Guard::Before] {
-                set_case(&format!(
-                    "vec_dot {name} {} nb {nb} guard {guard:?}",
+            for side in SIDES {
+                set_case(format_args!(
+                    "vec_dot {name} {} nb {nb} guard {side:?}",
                     table_name(&k)
                 ));
-                let (gx, gy) = (Guarded::new(raw(&x), guard), Guarded::new(raw(&y), guard));
-                let got = dot(&k, gx.blocks(), gy.blocks());
+                let got = dot(
+                    &k,
+                    blocks(gx.place(raw(&x), side)),
+                    blocks(gy.place(raw(&y), side)),
+                );
                 assert!(
                     same(got, want),
-                    "{name} {} nb {nb} {guard:?}: {got} vs {want}",
+                    "{name} {} nb {nb} {side:?}: {got} vs {want}",
                     table_name(&k)
                 );
             }
         }
     }
-    set_case("");
+    set_case(format_args!(""));
 }
 
 #[test]
@@ -316,6 +173,7 @@ fn mul_mat_stays_inside<B: RawBlock, Y: RawBlock>(
     mul_mat: MulMat<B, Y>,
 ) {
     install_fault_handler();
+    let (mut gx, mut gy) = (GuardedRegion::new(1 << 16), GuardedRegion::new(1 << 16));
     let mut rng = SmallRng::seed_from_u64(0x711e);
     // (blocks per row, rows, columns): row tails of the 4-row steps, decode columns of 16 and more rows (the
     // staggered streams), prefill column pairs and an odd column.
@@ -349,24 +207,27 @@ fn mul_mat_stays_inside<B: RawBlock, Y: RawBlock>(
                 out
             };
             let want = run(&model, &x, &y);
-            for guard in [Guard::After, Guard::Before] {
-                set_case(&format!(
-                    "mul_mat {name} {} nb {nb} rows {rows} cols {cols} guard {guard:?}",
+            for side in SIDES {
+                set_case(format_args!(
+                    "mul_mat {name} {} nb {nb} rows {rows} cols {cols} guard {side:?}",
                     table_name(&k)
                 ));
-                let (gx, gy) = (Guarded::new(raw(&x), guard), Guarded::new(raw(&y), guard));
-                let got = run(&k, gx.blocks(), gy.blocks());
+                let got = run(
+                    &k,
+                    blocks(gx.place(raw(&x), side)),
+                    blocks(gy.place(raw(&y), side)),
+                );
                 for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
                     assert!(
                         same(g, w),
-                        "{name} {} nb {nb} rows {rows} cols {cols} {guard:?}: element {i} {g} vs {w}",
+                        "{name} {} nb {nb} rows {rows} cols {cols} {side:?}: element {i} {g} vs {w}",
                         table_name(&k)
                     );
                 }
             }
         }
     }
-    set_case("");
+    set_case(format_args!(""));
 }
 
 #[test]
@@ -386,6 +247,7 @@ fn dequantize_stays_inside<B: RawBlock>(
     dequantize: fn(&Kernels, &[B], &mut [f32]),
 ) {
     install_fault_handler();
+    let (mut gx, mut gout) = (GuardedRegion::new(1 << 16), GuardedRegion::new(1 << 16));
     let mut rng = SmallRng::seed_from_u64(0xde90);
     for k in every_table() {
         let model = Kernels::new(Isa::Scalar, k.order);
@@ -393,21 +255,20 @@ fn dequantize_stays_inside<B: RawBlock>(
             let x: Vec<B> = weight_blocks(&mut rng, nb);
             let mut want = vec![0f32; qk * nb];
             dequantize(&model, &x, &mut want);
-            for guard in [Guard::After, Guard::Before] {
-                set_case(&format!(
-                    "dequantize {name} {} nb {nb} guard {guard:?}",
+            for side in SIDES {
+                set_case(format_args!(
+                    "dequantize {name} {} nb {nb} guard {side:?}",
                     table_name(&k)
                 ));
-                let gx = Guarded::new(raw(&x), guard);
-                let mut out = Guarded::new(&vec![0u8; 4 * qk * nb], guard);
-                dequantize(&k, gx.blocks(), out.floats_mut());
-                for (i, (&g, &w)) in out.floats().iter().zip(&want).enumerate() {
-                    assert!(same(g, w), "{name} nb {nb} {guard:?}: weight {i}");
+                let out = as_floats(gout.place(&vec![0u8; 4 * qk * nb], side));
+                dequantize(&k, blocks(gx.place(raw(&x), side)), out);
+                for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
+                    assert!(same(g, w), "{name} nb {nb} {side:?}: weight {i}");
                 }
             }
         }
     }
-    set_case("");
+    set_case(format_args!(""));
 }
 
 #[test]
@@ -433,6 +294,7 @@ fn quantize_stays_inside<Y: RawBlock + Default>(
     quantize: fn(&Kernels, &[f32], &mut [Y]),
 ) {
     install_fault_handler();
+    let (mut gx, mut gout) = (GuardedRegion::new(1 << 16), GuardedRegion::new(1 << 16));
     let mut rng = SmallRng::seed_from_u64(0x9a47);
     let specials = [0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
     for k in every_table() {
@@ -446,25 +308,22 @@ fn quantize_stays_inside<Y: RawBlock + Default>(
                 .collect();
             let mut want = vec![Y::default(); nb];
             quantize(&model, &x, &mut want);
-            // SAFETY: plain floats as bytes.
-            let x_bytes =
-                unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, 4 * x.len()) };
-            for guard in [Guard::After, Guard::Before] {
-                set_case(&format!(
-                    "quantize {name} {} nb {nb} guard {guard:?}",
+            for side in SIDES {
+                set_case(format_args!(
+                    "quantize {name} {} nb {nb} guard {side:?}",
                     table_name(&k)
                 ));
-                let gx = Guarded::new(x_bytes, guard);
-                let mut out = Guarded::new(&vec![0u8; nb * std::mem::size_of::<Y>()], guard);
-                quantize(&k, gx.floats(), blocks_mut(out.bytes_mut()));
-                assert!(
-                    out.bytes() == raw(&want),
-                    "{name} nb {nb} {guard:?}: blocks differ"
+                let out = gout.place(&vec![0u8; nb * std::mem::size_of::<Y>()], side);
+                quantize(
+                    &k,
+                    as_floats(gx.place(float_bytes(&x), side)),
+                    blocks_mut(out),
                 );
+                assert!(out == raw(&want), "{name} nb {nb} {side:?}: blocks differ");
             }
         }
     }
-    set_case("");
+    set_case(format_args!(""));
 }
 
 #[test]
