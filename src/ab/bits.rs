@@ -2,9 +2,12 @@
 //!
 //! A "subject" is one implementation of the exported symbols: the rlib's kernels at one instruction set, or
 //! the built `libggml_lowbit.so` loaded with libloading. Every case runs stock once and every subject on the
-//! same buffers. Results must be bit-identical; the one allowance is that two NaN floats count as equal (their
+//! same inputs. Results must be bit-identical; the one allowance is that two NaN floats count as equal (their
 //! count is reported). Output buffers carry a sentinel past the last whole block, compared too, so writing past
 //! what stock writes is a mismatch.
+//!
+//! In two cases of three our subjects read those inputs from copies placed against an inaccessible page
+//! (`InputGuards`, `guard.rs`), so a read outside the buffers ggml would pass faults and names the case.
 
 use std::ffi::{c_int, c_void};
 
