@@ -539,6 +539,7 @@ fn mul_mat_case(
     st: &CSymbols,
     subjects: &[Subject],
     guards: &mut InputGuards,
+    names: &SubjectNames,
     mut record: impl FnMut(usize, Outcome, String),
 ) {
     let case = gen.case;
@@ -600,15 +601,10 @@ fn mul_mat_case(
             );
         }
     }
-    let names = std::mem::take(&mut guards.names);
     let side = guards.side;
     let (gx, gy) = guards.inputs(&x, &y);
     for (j, s) in subjects.iter().enumerate() {
-        set_case(format_args!(
-            "bits {} case {case} guard {side:?} subject {}",
-            format.symbol(),
-            names[j]
-        ));
+        names.label(format.symbol(), case, side, j);
         let got = s.mul_mat(sh, gx, gy);
         let (o, at) = compare_f32(&got, &want);
         let describe = if o == Outcome::Differ {
@@ -624,28 +620,25 @@ fn mul_mat_case(
         };
         record(j, o, describe);
     }
-    guards.names = names;
 }
 
 /// Our subjects' inputs in two cases of three: copied against an inaccessible page (`guard.rs`), after the
 /// last byte or before the first by turns, so that a read outside them faults; the third case as generated, at
 /// its random misalignment. Stock always reads the generated buffers.
+/// Placed once per case and symbol, read by every subject.
 struct InputGuards {
     x: GuardedRegion,
     y: GuardedRegion,
     side: Option<Side>,
-    /// The subjects' names, for the fault handler's message (no allocation per call).
-    names: Vec<String>,
 }
 
 impl InputGuards {
-    fn new(subjects: &[Subject]) -> InputGuards {
+    fn new() -> InputGuards {
         install_fault_handler();
         InputGuards {
             x: GuardedRegion::new(1 << 20),
             y: GuardedRegion::new(1 << 20),
             side: None,
-            names: subjects.iter().map(Subject::name).collect(),
         }
     }
 
@@ -672,12 +665,17 @@ impl InputGuards {
             None => x,
         }
     }
+}
 
-    /// Names the call about to run, for the fault handler.
-    fn label(&self, symbol: &str, case: u64, subject: usize) {
+/// The subjects' names, for the fault handler's message.
+struct SubjectNames(Vec<String>);
+
+impl SubjectNames {
+    /// Names the call about to run (no allocation per call).
+    fn label(&self, symbol: &str, case: u64, side: Option<Side>, subject: usize) {
         set_case(format_args!(
-            "bits {symbol} case {case} guard {:?} subject {}",
-            self.side, self.names[subject]
+            "bits {symbol} case {case} guard {side:?} subject {}",
+            self.0[subject]
         ));
     }
 }
@@ -786,7 +784,8 @@ pub fn run(
         .collect();
     let per_symbol = subjects.len();
     let mut gen = Gen::new(seed);
-    let mut guards = InputGuards::new(subjects);
+    let mut guards = InputGuards::new();
+    let names = SubjectNames(subjects.iter().map(Subject::name).collect());
     for case in 0..cases {
         gen.case = case;
         guards.start_case(case);
@@ -805,9 +804,10 @@ pub fn run(
             gen.q2_0_row(nb, x.bytes_mut());
             gen.q8_0_row(2 * nb, y.bytes_mut());
             let want = call_vec_dot(st.vec_dot_q2_0_q8_0, n, x.bytes(), y.bytes(), nrc);
+            let side = guards.side;
+            let (gx, gy) = guards.inputs(x.bytes(), y.bytes());
             for (k, s) in subjects.iter().enumerate() {
-                guards.label("ggml_vec_dot_q2_0_q8_0", case, k);
-                let (gx, gy) = guards.inputs(x.bytes(), y.bytes());
+                names.label("ggml_vec_dot_q2_0_q8_0", case, side, k);
                 let got = s.vec_dot(n, gx, gy, nrc);
                 let (o, _) = compare_f32(&[got], &[want]);
                 reports[k].record(o, || {
@@ -829,9 +829,15 @@ pub fn run(
         ] {
             if case % 4 == turn {
                 let slot = symbol_index(format.symbol());
-                mul_mat_case(&mut gen, format, &st, subjects, &mut guards, |j, o, d| {
-                    reports[slot * per_symbol + j].record(o, || d)
-                });
+                mul_mat_case(
+                    &mut gen,
+                    format,
+                    &st,
+                    subjects,
+                    &mut guards,
+                    &names,
+                    |j, o, d| reports[slot * per_symbol + j].record(o, || d),
+                );
             }
         }
         // quantize_row_q8_0 and quantize_row_q8_K: the same float inputs and output checks (a sentinel block
@@ -868,11 +874,12 @@ pub fn run(
                     k as i64,
                 )
             };
+            let side = guards.side;
+            let gx = guards.floats(x);
             for (j, s) in subjects.iter().enumerate() {
                 let mut got = Unaligned::new(out_len, gen.rng.gen_range(0..64));
                 got.bytes_mut().fill(0xaa);
-                guards.label(symbol, case, j);
-                let gx = guards.floats(x);
+                names.label(symbol, case, side, j);
                 if qk == 32 {
                     s.quantize(gx, got.bytes_mut(), k as i64);
                 } else {
@@ -914,10 +921,12 @@ pub fn run(
                     k as i64,
                 )
             };
+            let side = guards.side;
+            let gx = guards.inputs(x.bytes(), &[]).0;
             for (j, s) in subjects.iter().enumerate() {
                 let mut got = vec![sentinel; nb * 64 + 64];
-                guards.label("dequantize_row_q2_0", case, j);
-                s.dequantize(guards.inputs(x.bytes(), &[]).0, &mut got, k as i64);
+                names.label("dequantize_row_q2_0", case, side, j);
+                s.dequantize(gx, &mut got, k as i64);
                 let (o, at) = compare_f32(&got, &want);
                 reports[2 * per_symbol + j].record(o, || {
                     format!(
@@ -942,9 +951,10 @@ pub fn run(
             gen.q1_0_row(nb, x.bytes_mut());
             gen.q8_0_row(4 * nb, y.bytes_mut());
             let want = call_vec_dot(st.vec_dot_q1_0_q8_0, n, x.bytes(), y.bytes(), nrc);
+            let side = guards.side;
+            let (gx, gy) = guards.inputs(x.bytes(), y.bytes());
             for (j, s) in subjects.iter().enumerate() {
-                guards.label("ggml_vec_dot_q1_0_q8_0", case, j);
-                let (gx, gy) = guards.inputs(x.bytes(), y.bytes());
+                names.label("ggml_vec_dot_q1_0_q8_0", case, side, j);
                 let got = s.vec_dot_q1_0(n, gx, gy, nrc);
                 let (o, _) = compare_f32(&[got], &[want]);
                 reports[4 * per_symbol + j].record(o, || {
@@ -977,10 +987,12 @@ pub fn run(
                     k as i64,
                 )
             };
+            let side = guards.side;
+            let gx = guards.inputs(x.bytes(), &[]).0;
             for (j, s) in subjects.iter().enumerate() {
                 let mut got = vec![sentinel; nb * 128 + 128];
-                guards.label("dequantize_row_q1_0", case, j);
-                s.dequantize_q1_0(guards.inputs(x.bytes(), &[]).0, &mut got, k as i64);
+                names.label("dequantize_row_q1_0", case, side, j);
+                s.dequantize_q1_0(gx, &mut got, k as i64);
                 let (o, at) = compare_f32(&got, &want);
                 reports[5 * per_symbol + j].record(o, || {
                     format!(
@@ -1008,9 +1020,10 @@ pub fn run(
             f.fill(&mut gen, nb, x.bytes_mut());
             gen.q8_k_row(nb, y.bytes_mut(), st.quantize_row_q8_k);
             let want = call_vec_dot(stock_dot, n, x.bytes(), y.bytes(), nrc);
+            let side = guards.side;
+            let (gx, gy) = guards.inputs(x.bytes(), y.bytes());
             for (j, s) in subjects.iter().enumerate() {
-                guards.label(f.vec_dot_symbol(), case, j);
-                let (gx, gy) = guards.inputs(x.bytes(), y.bytes());
+                names.label(f.vec_dot_symbol(), case, side, j);
                 let got = s.vec_dot_k(f, n, gx, gy, nrc);
                 let (o, _) = compare_f32(&[got], &[want]);
                 reports[at + j].record(o, || {
@@ -1035,10 +1048,11 @@ pub fn run(
                     k as i64,
                 )
             };
+            let gx = guards.inputs(x.bytes(), &[]).0;
             for (j, s) in subjects.iter().enumerate() {
                 let mut got = vec![sentinel; nb * 256 + 256];
-                guards.label(f.dequantize_symbol(), case, j);
-                s.dequantize_k(f, guards.inputs(x.bytes(), &[]).0, &mut got, k as i64);
+                names.label(f.dequantize_symbol(), case, side, j);
+                s.dequantize_k(f, gx, &mut got, k as i64);
                 let (o, at_value) = compare_f32(&got, &want);
                 reports[at + per_symbol + j].record(o, || {
                     format!(

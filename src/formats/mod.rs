@@ -23,6 +23,14 @@ pub fn blocks<T: RawBlock>(bytes: &[u8]) -> &[T] {
     unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, n) }
 }
 
+/// Blocks viewed as their raw bytes: the inverse of [`blocks`].
+pub fn block_bytes<T: RawBlock>(blocks: &[T]) -> &[u8] {
+    // SAFETY: `T: RawBlock` is plain bytes with alignment 1; the view covers exactly the slice.
+    unsafe {
+        std::slice::from_raw_parts(blocks.as_ptr() as *const u8, std::mem::size_of_val(blocks))
+    }
+}
+
 /// Mutable form of [`blocks`].
 pub fn blocks_mut<T: RawBlock>(bytes: &mut [u8]) -> &mut [T] {
     let n = bytes.len() / std::mem::size_of::<T>();

@@ -31,7 +31,7 @@ use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_k::{BlockQ8K, QK_K};
 use crate::formats::tq1_0::BlockTQ1_0;
 use crate::formats::tq2_0::BlockTQ2_0;
-use crate::formats::{blocks, blocks_mut, RawBlock};
+use crate::formats::{block_bytes, blocks, blocks_mut, RawBlock};
 use crate::tiles::Rows;
 use crate::FloatOrder;
 
@@ -42,11 +42,6 @@ const BLOCK_COUNTS: [usize; 19] = [
 ];
 
 const SIDES: [Side; 2] = [Side::After, Side::Before];
-
-fn raw<T: RawBlock>(v: &[T]) -> &[u8] {
-    // SAFETY: `RawBlock` types are plain bytes.
-    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
-}
 
 fn same(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
@@ -132,8 +127,8 @@ fn vec_dot_stays_inside<B: RawBlock, Y: RawBlock>(
                 ));
                 let got = dot(
                     &k,
-                    blocks(gx.place(raw(&x), side)),
-                    blocks(gy.place(raw(&y), side)),
+                    blocks(gx.place(block_bytes(&x), side)),
+                    blocks(gy.place(block_bytes(&y), side)),
                 );
                 assert!(
                     same(got, want),
@@ -214,8 +209,8 @@ fn mul_mat_stays_inside<B: RawBlock, Y: RawBlock>(
                 ));
                 let got = run(
                     &k,
-                    blocks(gx.place(raw(&x), side)),
-                    blocks(gy.place(raw(&y), side)),
+                    blocks(gx.place(block_bytes(&x), side)),
+                    blocks(gy.place(block_bytes(&y), side)),
                 );
                 for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
                     assert!(
@@ -261,7 +256,7 @@ fn dequantize_stays_inside<B: RawBlock>(
                     table_name(&k)
                 ));
                 let out = as_floats(gout.place(&vec![0u8; 4 * qk * nb], side));
-                dequantize(&k, blocks(gx.place(raw(&x), side)), out);
+                dequantize(&k, blocks(gx.place(block_bytes(&x), side)), out);
                 for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
                     assert!(same(g, w), "{name} nb {nb} {side:?}: weight {i}");
                 }
@@ -319,7 +314,10 @@ fn quantize_stays_inside<Y: RawBlock + Default>(
                     as_floats(gx.place(float_bytes(&x), side)),
                     blocks_mut(out),
                 );
-                assert!(out == raw(&want), "{name} nb {nb} {side:?}: blocks differ");
+                assert!(
+                    out == block_bytes(&want),
+                    "{name} nb {nb} {side:?}: blocks differ"
+                );
             }
         }
     }
