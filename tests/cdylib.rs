@@ -64,6 +64,30 @@ fn cli_rejects_bad_input_with_exit_code_2() {
     );
     expect_usage_error(&["speed", "--shapes", "4096x100"], "bad shape");
     expect_usage_error(&["speed", "--shapes", "axb"], "bad shape");
+    // ggml passes the row length as an int.
+    expect_usage_error(&["speed", "--shapes", "4x4294967296"], "bad shape");
+    // A matrix this machine cannot hold is a message, not an allocation-failure abort.
+    expect_usage_error(
+        &[
+            "speed",
+            "--symbol",
+            "ggml_vec_dot_q1_0_q8_0",
+            "--threads",
+            "1",
+            "--reps",
+            "1",
+            "--shapes",
+            "99999999999x4096",
+        ],
+        "this machine has",
+    );
+    // Counts that would make a check compare nothing are refused.
+    expect_usage_error(&["bits", "--cases", "0"], "--cases");
+    expect_usage_error(
+        &["e2e", "--model", "m.gguf", "--n-predict", "0"],
+        "--n-predict",
+    );
+    expect_usage_error(&["e2e", "--model", "m.gguf", "--ubatch", "1,0"], "--ubatch");
     expect_usage_error(
         &[
             "bits",

@@ -65,23 +65,66 @@ pub struct MatVec {
     act: Vec<u8>,
 }
 
+/// A vector of `n` default values, or an error naming `what` when this machine cannot hold it: a shape too
+/// large for the machine gets a message, not an allocation-failure abort.
+pub fn zeroed_vec<T: Clone + Default>(n: usize, what: &str) -> Result<Vec<T>, String> {
+    let bytes = n.checked_mul(std::mem::size_of::<T>());
+    // SAFETY: sysconf has no preconditions; it returns -1 for a name it does not know.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let memory = (pages > 0 && page > 0).then(|| pages as u128 * page as u128);
+    let gib = |b: u128| b as f64 / (1u128 << 30) as f64;
+    match (bytes, memory) {
+        (None, _) => return Err(format!("{what}: too large to address")),
+        (Some(b), Some(m)) if b as u128 > m => {
+            return Err(format!(
+                "{what} needs {:.1} GiB; this machine has {:.1} GiB",
+                gib(b as u128),
+                gib(m)
+            ))
+        }
+        _ => {}
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        format!(
+            "{what}: cannot allocate {:.1} GiB",
+            gib(bytes.unwrap_or(0) as u128)
+        )
+    })?;
+    v.resize(n, T::default());
+    Ok(v)
+}
+
 impl MatVec {
-    pub fn new(format: WeightType, rows: usize, cols: usize, seed: u64) -> MatVec {
+    /// Fails, with a message, when the matrix does not fit in this machine's memory.
+    pub fn new(format: WeightType, rows: usize, cols: usize, seed: u64) -> Result<MatVec, String> {
         let (bw, bb) = format.block();
-        let mut weights = vec![0u8; rows * (cols / bw) * bb];
+        let what = format!("a {rows}x{cols} matrix");
+        let row_bytes = (cols / bw) * bb;
+        let weight_bytes = rows
+            .checked_mul(row_bytes)
+            .ok_or_else(|| format!("{what}: too large to address"))?;
+        let mut weights = zeroed_vec::<u8>(weight_bytes, &what)?;
         // Rows are generated in parallel from per-row seeds so 151669-row matrices take well under a second.
         format.fill(&mut weights, cols, 0.03, seed);
         let mut g = Gen::new(seed.wrapping_add(1));
         let act = if format.q8_k_activations() {
             // q8_K, quantized from random activations with ggml's own quantizer (the model of it).
-            let x: Vec<f32> = (0..cols).map(|_| g.rng.gen_range(-1.0f32..1.0)).collect();
-            let mut y = vec![BlockQ8K::default(); cols / QK_K];
+            let mut x = zeroed_vec::<f32>(cols, &what)?;
+            x.iter_mut()
+                .for_each(|v| *v = g.rng.gen_range(-1.0f32..1.0));
+            let mut y = zeroed_vec::<BlockQ8K>(cols / QK_K, &what)?;
             quantize_row_q8_k_model(&x, &mut y);
-            let mut act = vec![0u8; cols / QK_K * std::mem::size_of::<BlockQ8K>()];
+            let mut act = zeroed_vec::<u8>(cols / QK_K * std::mem::size_of::<BlockQ8K>(), &what)?;
             blocks_mut::<BlockQ8K>(&mut act).copy_from_slice(&y);
             act
         } else {
-            let mut act = vec![0u8; cols / 32 * Q8_0_BYTES];
+            let mut act = zeroed_vec::<u8>(cols / 32 * Q8_0_BYTES, &what)?;
             for blk in act.chunks_exact_mut(Q8_0_BYTES) {
                 let d = half::f16::from_f32(g.rng.gen_range(0.005..0.05)).to_bits();
                 blk[..2].copy_from_slice(&d.to_le_bytes());
@@ -91,13 +134,13 @@ impl MatVec {
             }
             act
         };
-        MatVec {
+        Ok(MatVec {
             rows,
             cols,
             format,
             weights,
             act,
-        }
+        })
     }
 
     /// Runs `job(row_bytes, r0, r1, out)` on every thread of `team` for its contiguous rows `r0..r1` (none
@@ -204,8 +247,8 @@ fn time_side_by_side(
     threads: usize,
     reps: usize,
 ) -> Result<SpeedRow, String> {
-    let mut a = vec![0f32; m.rows];
-    let mut b = vec![0f32; m.rows];
+    let mut a = zeroed_vec::<f32>(m.rows, "the output")?;
+    let mut b = a.clone();
     ours(&mut a);
     stock(&mut b);
     if let Some(r) = (0..m.rows).find(|&r| a[r].to_bits() != b[r].to_bits()) {
@@ -379,13 +422,15 @@ pub fn time_quantize(
     reps: usize,
 ) -> Result<SpeedRow, String> {
     let mut g = Gen::new(7);
-    let x: Vec<f32> = (0..cols).map(|_| g.rng.gen_range(-3.0f32..3.0)).collect();
+    let mut x = zeroed_vec::<f32>(cols, &format!("an activation of {cols} floats"))?;
+    x.iter_mut()
+        .for_each(|v| *v = g.rng.gen_range(-3.0f32..3.0));
     let (qk, bytes) = if symbol == "quantize_row_q8_K" {
         (256, Q8_K_BYTES)
     } else {
         (32, Q8_0_BYTES)
     };
-    let mut ya = vec![0u8; cols / qk * bytes];
+    let mut ya = zeroed_vec::<u8>(cols / qk * bytes, "the quantized activation")?;
     let mut yb = ya.clone();
     let calls = (4_000_000 / cols).max(1);
     let once = |f: QuantizeRowFn, y: &mut [u8]| {

@@ -3,7 +3,8 @@
 //! - `bits`: random and adversarial cases per symbol against each stock build; exits 1 on any mismatch.
 //! - `speed`: side-by-side, interleaved timing on the Bonsai-8B shapes; writes `target/ab/speed.{md,json,svg}`.
 //!
-//! Errors (a missing library, an unknown symbol, a bad shape) print one line and exit with code 2.
+//! Errors (a missing library, an unknown symbol, a bad shape, a matrix larger than the machine's memory, a zero
+//! count) print one line and exit with code 2.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -94,12 +95,17 @@ enum Via {
     All,
 }
 
+/// A count given on the command line that must be positive.
+fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Bit comparison against the stock library: every mismatch is reported, any mismatch exits 1.
     Bits {
-        /// Cases per symbol per stock build.
-        #[arg(long, default_value_t = 200_000)]
+        /// Cases per symbol per stock build (at least 1: a run that compares nothing is no check).
+        #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
         cases: u64,
         #[arg(long, default_value_t = 0x5eed)]
         seed: u64,
@@ -158,16 +164,16 @@ enum Command {
         #[arg(long, value_enum, default_value_t = E2eBuild::Haswell)]
         build: E2eBuild,
         /// Threads for the tools (default: every core).
-        #[arg(long)]
+        #[arg(long, value_parser = at_least_one())]
         threads: Option<usize>,
-        /// Tokens of greedy completion.
-        #[arg(long, default_value_t = 32)]
+        /// Tokens of greedy completion (at least 1: no text compares equal to no text).
+        #[arg(long, default_value_t = 32, value_parser = at_least_one())]
         n_predict: usize,
         /// Perplexity chunks of 128 tokens (0 skips perplexity: useful for big models on slow stock builds).
         #[arg(long, default_value_t = 8)]
         ppl_chunks: usize,
         /// Micro-batch sizes for the perplexity runs (comma-separated; 1 evaluates token by token, like decode).
-        #[arg(long, value_delimiter = ',', default_value = "128")]
+        #[arg(long, value_delimiter = ',', default_value = "128", value_parser = at_least_one())]
         ubatch: Vec<usize>,
         /// Skip llama-bench and the bandwidth measurement.
         #[arg(long)]
@@ -691,14 +697,22 @@ fn cmd_bits(
     })
 }
 
+/// The longest row `speed` takes: the largest multiple of 64 that fits ggml's `int n`.
+const MAX_COLS: usize = i32::MAX as usize / 64 * 64;
+
 fn parse_shape(s: &str) -> Result<(usize, usize)> {
-    let bad = || format!("bad shape {s:?}: expected ROWSxCOLS with COLS a positive multiple of 64");
+    let bad = || {
+        format!(
+            "bad shape {s:?}: expected ROWSxCOLS with COLS a positive multiple of 64 of at most {MAX_COLS} \
+             (ggml passes the row length as an int)"
+        )
+    };
     let (r, c) = s.split_once('x').ok_or_else(bad)?;
     let (r, c): (usize, usize) = (
         r.trim().parse().map_err(|_| bad())?,
         c.trim().parse().map_err(|_| bad())?,
     );
-    if r == 0 || c == 0 || c % 64 != 0 {
+    if r == 0 || c == 0 || c % 64 != 0 || c > MAX_COLS {
         return Err(bad());
     }
     Ok((r, c))
@@ -930,7 +944,7 @@ fn cmd_speed(
     let bar = ProgressBar::new(total as u64).with_message("speed");
     for job in &jobs {
         for &(r, c) in &job.shapes {
-            let m = MatVec::new(job.format, r, c, 42);
+            let m = MatVec::new(job.format, r, c, 42)?;
             for &t in &threads {
                 bar.set_message(format!("speed {} {r}x{c}, {t} thread(s)", job.symbol));
                 let mut row = speed::time_vec_dot(job.symbol, &m, job.ours, job.baseline, t, reps)?;
@@ -972,7 +986,7 @@ fn cmd_speed(
         }
         let tiles = tiles.ok_or("our library lacks the tile export")?;
         for &(r, c) in &shapes {
-            let m = MatVec::new(format, r, c, 42);
+            let m = MatVec::new(format, r, c, 42)?;
             for &t in &threads {
                 bar.set_message(format!("speed {symbol} {r}x{c}, {t} thread(s)"));
                 let mut row = speed::time_mul_mat(symbol, &m, tiles, stock_dot, t, reps)?;
@@ -988,7 +1002,7 @@ fn cmd_speed(
             .map(|f| *f)
             .map_err(|e| format!("{symbol}: {e}"))?;
         for &(r, c) in &fork_shapes {
-            let m = MatVec::new(format, r, c, 42);
+            let m = MatVec::new(format, r, c, 42)?;
             for &t in &threads {
                 bar.set_message(format!("speed {symbol} {r}x{c}, {t} thread(s)"));
                 let mut row = speed::time_mul_mat(symbol, &m, tiles, fork_dot(format), t, reps)?;
