@@ -343,6 +343,10 @@ fn bad_models_are_refused_with_one_line_and_exit_code_2() {
         &["e2e", "--model", "/nonexistent/model.gguf"],
         "model not found",
     );
+    expect_exit_2(
+        &["e2e", "--model", dir.to_str().unwrap()],
+        "a folder, not a GGUF model file",
+    );
     let junk = dir.join("junk.gguf");
     std::fs::write(&junk, b"not a gguf file at all").unwrap();
     expect_exit_2(

@@ -36,6 +36,12 @@ pub enum ModelKind {
 /// Checks that `model` is a GGUF whose matrices include a type this library serves, and says whether it has
 /// fork types (PQ2_0, PTQ1_0), which only the stand-in fork builds load.
 pub fn check_model(model: &Path) -> Result<ModelKind, String> {
+    if model.is_dir() {
+        return Err(format!(
+            "{}: a folder, not a GGUF model file",
+            model.display()
+        ));
+    }
     if !model.is_file() {
         return Err(format!("model not found: {}", model.display()));
     }
