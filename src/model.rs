@@ -191,7 +191,7 @@ impl WeightType {
     }
 
     /// (weights, bytes) per block.
-    pub fn block(self) -> (usize, usize) {
+    pub const fn block(self) -> (usize, usize) {
         match self {
             WeightType::Q2_0 => (64, 18),
             WeightType::Q1_0 => (128, 18),

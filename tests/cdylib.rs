@@ -81,6 +81,28 @@ fn cli_rejects_bad_input_with_exit_code_2() {
         ],
         "this machine has",
     );
+    // Every symbol's rows are whole blocks of its format: the tile exports' too (they used to panic), and the
+    // quantizers' (q8_K used to skip such a shape and report nothing).
+    for (symbol, block) in [
+        ("ggml_lowbit_mul_mat_q1_0_q8_0", "128"),
+        ("ggml_lowbit_mul_mat_tq1_0_q8_K", "256"),
+        ("quantize_row_q8_K", "256"),
+    ] {
+        expect_usage_error(
+            &[
+                "speed",
+                "--symbol",
+                symbol,
+                "--shapes",
+                "3x64",
+                "--threads",
+                "1",
+            ],
+            &format!("{symbol} needs columns in whole blocks of {block}"),
+        );
+    }
+    // The timing threads spin: more than the machine runs at once would time the scheduler.
+    expect_usage_error(&["speed", "--threads", "1,4096"], "--threads 4096");
     // Counts that would make a check compare nothing are refused.
     expect_usage_error(&["bits", "--cases", "0"], "--cases");
     expect_usage_error(

@@ -760,28 +760,34 @@ fn cmd_speed(
     only: &[String],
     out: &Path,
 ) -> Result<ExitCode> {
-    let known = [
-        "ggml_vec_dot_q2_0_q8_0",
-        "ggml_lowbit_mul_mat_q2_0_q8_0",
-        "quantize_row_q8_0",
-        "quantize_row_q8_K",
-        "ggml_vec_dot_q1_0_q8_0",
-        "ggml_lowbit_mul_mat_q1_0_q8_0",
-        "ggml_vec_dot_tq2_0_q8_K",
-        "ggml_lowbit_mul_mat_tq2_0_q8_K",
-        "ggml_vec_dot_tq1_0_q8_K",
-        "ggml_lowbit_mul_mat_tq1_0_q8_K",
-        "ggml_vec_dot_iq2_xxs_q8_K",
-        "ggml_vec_dot_iq2_xs_q8_K",
-        "ggml_vec_dot_iq2_s_q8_K",
-        "ggml_vec_dot_iq3_xxs_q8_K",
-        "ggml_vec_dot_iq3_s_q8_K",
-        "ggml_vec_dot_pq2_0_q8_0",
-        "ggml_vec_dot_ptq1_0_q8_0",
-        "ggml_lowbit_mul_mat_pq2_0_q8_0",
-        "ggml_lowbit_mul_mat_ptq1_0_q8_0",
+    // Every symbol `speed` times, the weights per block its rows come in (the quantizers' q8_0 and q8_K blocks:
+    // 32 and 256), and whether it runs on the fork's shapes (the Bonsai 2 ones by default) rather than the
+    // Bonsai-8B ones.
+    use WeightType as W;
+    let weights = |t: W| t.block().0;
+    let known: [(&str, usize, bool); 19] = [
+        ("ggml_vec_dot_q2_0_q8_0", weights(W::Q2_0), false),
+        ("ggml_lowbit_mul_mat_q2_0_q8_0", weights(W::Q2_0), false),
+        ("quantize_row_q8_0", 32, false),
+        ("quantize_row_q8_K", 256, false),
+        ("ggml_vec_dot_q1_0_q8_0", weights(W::Q1_0), false),
+        ("ggml_lowbit_mul_mat_q1_0_q8_0", weights(W::Q1_0), false),
+        ("ggml_vec_dot_tq2_0_q8_K", weights(W::Tq2_0), false),
+        ("ggml_lowbit_mul_mat_tq2_0_q8_K", weights(W::Tq2_0), false),
+        ("ggml_vec_dot_tq1_0_q8_K", weights(W::Tq1_0), false),
+        ("ggml_lowbit_mul_mat_tq1_0_q8_K", weights(W::Tq1_0), false),
+        ("ggml_vec_dot_iq2_xxs_q8_K", weights(W::Iq2Xxs), false),
+        ("ggml_vec_dot_iq2_xs_q8_K", weights(W::Iq2Xs), false),
+        ("ggml_vec_dot_iq2_s_q8_K", weights(W::Iq2S), false),
+        ("ggml_vec_dot_iq3_xxs_q8_K", weights(W::Iq3Xxs), false),
+        ("ggml_vec_dot_iq3_s_q8_K", weights(W::Iq3S), false),
+        ("ggml_vec_dot_pq2_0_q8_0", weights(W::Pq2_0), true),
+        ("ggml_vec_dot_ptq1_0_q8_0", weights(W::Ptq1_0), true),
+        ("ggml_lowbit_mul_mat_pq2_0_q8_0", weights(W::Pq2_0), true),
+        ("ggml_lowbit_mul_mat_ptq1_0_q8_0", weights(W::Ptq1_0), true),
     ];
-    check_symbols(only, &known)?;
+    let names: Vec<&str> = known.iter().map(|&(s, _, _)| s).collect();
+    check_symbols(only, &names)?;
     if build == Build::All {
         return Err(
             "speed compares against one stock build: --build haswell or --build x64".into(),
@@ -803,6 +809,20 @@ fn cmd_speed(
     // Q2_0 defaults to the Bonsai-8B shapes, the fork's formats to the Bonsai 2 shapes.
     let shapes = given.clone().unwrap_or(BONSAI_8B_SHAPES.to_vec());
     let fork_shapes = given.unwrap_or(BONSAI2_SHAPES.to_vec());
+    let wants = |s: &str| only.is_empty() || only.iter().any(|o| o == s);
+    // Checked before anything is loaded or timed: a symbol's rows are whole blocks of its format.
+    for &(symbol, block, on_fork_shapes) in known.iter().filter(|(s, _, _)| wants(s)) {
+        let its_shapes = if on_fork_shapes {
+            &fork_shapes
+        } else {
+            &shapes
+        };
+        if let Some((r, c)) = its_shapes.iter().find(|(_, c)| c % block != 0) {
+            return Err(format!(
+                "{r}x{c}: {symbol} needs columns in whole blocks of {block}"
+            ));
+        }
+    }
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -817,6 +837,13 @@ fn cmd_speed(
                 .ok_or(format!("bad thread count {t:?}")),
         })
         .collect::<Result<_>>()?;
+    // The timing team's threads wait for each other by spinning: more of them than cores would time the
+    // scheduler, not the kernels.
+    if let Some(t) = threads.iter().find(|&&t| t > cores) {
+        return Err(format!(
+            "--threads {t}: this machine runs {cores} threads at once; use at most that (or \"all\")"
+        ));
+    }
     let lib = default_lib(lib)?;
     let order = build.orders()[0];
     let stock = StockLib::load(order)?;
@@ -825,7 +852,6 @@ fn cmd_speed(
     let ours_lib = load_ours(&lib, order, &scratch)?;
     let ours = CSymbols::from_library(&ours_lib)?;
     let st = CSymbols::from_stock(&stock)?;
-    let wants = |s: &str| only.is_empty() || only.iter().any(|o| o == s);
     let mut rows: Vec<SpeedRow> = Vec::new();
     let stock_name = format!("stock {}", order.name());
     let fork_wanted: Vec<(&str, WeightType)> = [
@@ -885,11 +911,6 @@ fn cmd_speed(
         if !wants(symbol) {
             continue;
         }
-        if let Some((r, c)) = shapes.iter().find(|(_, c)| c % 256 != 0) {
-            return Err(format!(
-                "{r}x{c}: {symbol} needs columns in whole blocks of 256"
-            ));
-        }
         jobs.push(SpeedJob {
             symbol,
             format,
@@ -900,11 +921,6 @@ fn cmd_speed(
         });
     }
     if wants("ggml_vec_dot_q1_0_q8_0") {
-        if let Some((r, c)) = shapes.iter().find(|(_, c)| c % 128 != 0) {
-            return Err(format!(
-                "{r}x{c}: ggml_vec_dot_q1_0_q8_0 needs columns in whole blocks of 128"
-            ));
-        }
         jobs.push(SpeedJob {
             symbol: "ggml_vec_dot_q1_0_q8_0",
             format: WeightType::Q1_0,
@@ -913,14 +929,6 @@ fn cmd_speed(
             baseline: st.vec_dot_q1_0_q8_0,
             baseline_name: stock_name.clone(),
         });
-    }
-    for &(symbol, format) in fork_wanted.iter().chain(&fork_tiles_wanted) {
-        let (weights, _) = format.block();
-        if let Some((r, c)) = fork_shapes.iter().find(|(_, c)| c % weights != 0) {
-            return Err(format!(
-                "{r}x{c}: {symbol} needs columns in whole blocks of {weights}"
-            ));
-        }
     }
     let fork_dot = |format: WeightType| {
         let reference = fork.as_ref().expect("built above");
@@ -1032,7 +1040,8 @@ fn cmd_speed(
         let mut cols: Vec<usize> = shapes.iter().map(|&(_, c)| c).collect();
         cols.sort_unstable();
         cols.dedup();
-        for c in cols.into_iter().filter(|c| c % qk == 0) {
+        for c in cols {
+            debug_assert_eq!(c % qk, 0, "checked with the other symbols' blocks");
             let mut row = speed::time_quantize(symbol, c, ours_fn, stock_fn, reps)?;
             row.baseline = stock_name.clone();
             rows.push(row);
