@@ -343,12 +343,20 @@ fn cmd_model(preset: &str, wtype: &str, seed: u64, out: &Path) -> Result<ExitCod
     })?;
     let start = std::time::Instant::now();
     let info = ggml_lowbit::model::write_model(out, p, t, seed)?;
+    // GiB for the big presets, MiB for the tiny ones (which would read "0.00 GiB").
+    let size = |b: u64| {
+        if b >= 1 << 30 {
+            format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+        } else {
+            format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
+        }
+    };
     println!(
-        "wrote {} ({} preset, {wtype}): {:.2} GiB, {:.2} GiB of weights, in {:.1} s",
+        "wrote {} ({} preset, {wtype}): {}, {} of weights, in {:.1} s",
         out.display(),
         info.preset,
-        info.bytes as f64 / (1u64 << 30) as f64,
-        info.weight_bytes as f64 / (1u64 << 30) as f64,
+        size(info.bytes),
+        size(info.weight_bytes),
         start.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
