@@ -144,11 +144,13 @@ pub type RowDot<B, Y> = unsafe fn(&[B], &[Y]) -> f32;
 /// A weight format with a vec_dot entry in `Kernels`: its activation blocks, its shapes and the entry.
 pub trait VecDotEntry: RawBlock {
     /// The activation block (q8_0 or q8_K).
-    type Y: RawBlock;
+    type Y: RawBlock + crate::interpose::ProbeActivation;
     /// Weights per block.
     const QK: usize;
     /// Activation blocks per weight block.
     const Y_PER_BLOCK: usize;
+    /// Where the block's f16 scale `d` sits, in bytes from its start.
+    const SCALE_AT: usize;
     fn vec_dot_entry(k: &Kernels) -> RowDot<Self, Self::Y>;
 }
 
@@ -158,6 +160,7 @@ macro_rules! vec_dot_entry {
             type Y = $y;
             const QK: usize = $qk;
             const Y_PER_BLOCK: usize = $qk / $y_qk;
+            const SCALE_AT: usize = std::mem::offset_of!($block, d);
             fn vec_dot_entry(k: &Kernels) -> RowDot<Self, $y> {
                 k.$field
             }

@@ -27,7 +27,10 @@ use crate::formats::q8_k::BlockQ8K;
 use crate::formats::tq1_0::BlockTQ1_0;
 use crate::formats::tq2_0::BlockTQ2_0;
 use crate::formats::{blocks, RawBlock};
-use crate::interpose::{config, next_symbol, Mode};
+use crate::interpose::{
+    config, next_symbol, Config, Mode, VEC_DOT_PQ2_0, VEC_DOT_PTQ1_0, VEC_DOT_Q1_0, VEC_DOT_Q2_0,
+    VEC_DOT_TQ1_0, VEC_DOT_TQ2_0,
+};
 use crate::model::{
     GGML_TYPE_F32, GGML_TYPE_PQ2_0, GGML_TYPE_PTQ1_0, GGML_TYPE_Q1_0, GGML_TYPE_Q2_0,
     GGML_TYPE_TQ1_0, GGML_TYPE_TQ2_0,
@@ -57,24 +60,32 @@ enum Weights {
 impl Weights {
     /// The format of a ggml type, if the hook serves it with these kernels: Q1_0, TQ2_0 and TQ1_0 only where
     /// our kernels beat stock's (`Kernels::serves_q1_0_over_stock`, `serves_tq2_0_tiles_over_stock`,
-    /// `serves_tq1_0_over_stock`) or under
-    /// `GGML_LOWBIT_SERVE_ALL=1`; the fork formats always (the fork runs them through its generic C).
-    fn of(type_: c_int, kernels: &Kernels) -> Option<Weights> {
-        let type_ = u32::try_from(type_).ok()?;
-        match type_ {
-            GGML_TYPE_Q2_0 => Some(Weights::Q2_0),
-            GGML_TYPE_Q1_0 if kernels.serves_q1_0_over_stock() || config().serve_all => {
-                Some(Weights::Q1_0)
-            }
-            GGML_TYPE_PQ2_0 => Some(Weights::Pq2_0),
-            GGML_TYPE_PTQ1_0 => Some(Weights::Ptq1_0),
-            GGML_TYPE_TQ2_0 if kernels.serves_tq2_0_tiles_over_stock() || config().serve_all => {
-                Some(Weights::Tq2_0)
-            }
-            GGML_TYPE_TQ1_0 if kernels.serves_tq1_0_over_stock() || config().serve_all => {
-                Some(Weights::Tq1_0)
-            }
-            _ => None,
+    /// `serves_tq1_0_over_stock`) or under `GGML_LOWBIT_SERVE_ALL=1`; the fork formats always (the fork runs
+    /// them through its generic C); and each only where its stock vec_dot gives our kernel's bits
+    /// (`VecDotSymbol::stock_agrees`), since the tiles give every element those bits.
+    fn of(type_: c_int, c: &Config) -> Option<Weights> {
+        let (k, all) = (&c.kernels, c.serve_all);
+        let w = match u32::try_from(type_).ok()? {
+            GGML_TYPE_Q2_0 => Weights::Q2_0,
+            GGML_TYPE_Q1_0 if k.serves_q1_0_over_stock() || all => Weights::Q1_0,
+            GGML_TYPE_PQ2_0 => Weights::Pq2_0,
+            GGML_TYPE_PTQ1_0 => Weights::Ptq1_0,
+            GGML_TYPE_TQ2_0 if k.serves_tq2_0_tiles_over_stock() || all => Weights::Tq2_0,
+            GGML_TYPE_TQ1_0 if k.serves_tq1_0_over_stock() || all => Weights::Tq1_0,
+            _ => return None,
+        };
+        w.stock_agrees(c).then_some(w)
+    }
+
+    /// Whether the stock vec_dot of this format (if any) gives our kernel's bits.
+    fn stock_agrees(self, c: &Config) -> bool {
+        match self {
+            Weights::Q2_0 => VEC_DOT_Q2_0.stock_agrees(c),
+            Weights::Q1_0 => VEC_DOT_Q1_0.stock_agrees(c),
+            Weights::Pq2_0 => VEC_DOT_PQ2_0.stock_agrees(c),
+            Weights::Ptq1_0 => VEC_DOT_PTQ1_0.stock_agrees(c),
+            Weights::Tq2_0 => VEC_DOT_TQ2_0.stock_agrees(c),
+            Weights::Tq1_0 => VEC_DOT_TQ1_0.stock_agrees(c),
         }
     }
 
@@ -268,25 +279,25 @@ fn hook() -> &'static Hook {
         if c.log {
             match &off {
                 None => crate::ffi::log_line(&format!(
-                    "mul_mat hook on (ggml {}): Q2_0{}{}, PQ2_0 and PTQ1_0 products through the tile kernels, {}",
+                    "mul_mat hook on (ggml {}): {} products through the tile kernels, {}",
                     version.as_deref().unwrap_or("?"),
-                    if c.kernels.serves_q1_0_over_stock() {
-                        ", Q1_0"
-                    } else {
-                        ""
-                    },
-                    match (
-                        c.kernels.serves_tq2_0_tiles_over_stock(),
-                        c.kernels.serves_tq1_0_over_stock(),
-                    ) {
-                        (true, true) => ", TQ2_0, TQ1_0",
-                        (true, false) => ", TQ2_0",
-                        (false, true) => ", TQ1_0",
-                        (false, false) => "",
-                    },
+                    [
+                        (GGML_TYPE_Q2_0, "Q2_0"),
+                        (GGML_TYPE_Q1_0, "Q1_0"),
+                        (GGML_TYPE_TQ2_0, "TQ2_0"),
+                        (GGML_TYPE_TQ1_0, "TQ1_0"),
+                        (GGML_TYPE_PQ2_0, "PQ2_0"),
+                        (GGML_TYPE_PTQ1_0, "PTQ1_0"),
+                    ]
+                    .iter()
+                    .filter(|&&(t, _)| Weights::of(t as c_int, c).is_some())
+                    .map(|&(_, name)| name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
                     match (&chunks, chunks_wanted) {
                         (Some(_), _) => "rows in chunks from ggml's counter",
-                        (None, false) => "a fixed share of the rows per thread (GGML_LOWBIT_CHUNKS=0)",
+                        (None, false) =>
+                            "a fixed share of the rows per thread (GGML_LOWBIT_CHUNKS=0)",
                         (None, true) => {
                             "a fixed share of the rows per thread (no ggml_threadpool_chunk_add)"
                         }
@@ -309,7 +320,7 @@ fn hook() -> &'static Hook {
 
 /// The format of `src0` when it is a weight tensor the tile kernels take against F32 `src1`, writing F32 `dst`.
 fn weight_operands(src0: &GgmlTensor, src1: &GgmlTensor, dst: &GgmlTensor) -> Option<Weights> {
-    let w = Weights::of(src0.type_, &config().kernels)?;
+    let w = Weights::of(src0.type_, config())?;
     let (qk, bytes) = (w.qk() as i64, w.block_bytes());
     let ok = is_type(src1.type_, GGML_TYPE_F32)
         && is_type(dst.type_, GGML_TYPE_F32)

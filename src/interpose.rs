@@ -77,6 +77,10 @@ pub struct Config {
     /// `GGML_LOWBIT_SERVE_ALL=1`: our kernels also for the symbols that otherwise pass to stock because ours are
     /// no faster (testing and benchmarking our code in front of a stock library).
     pub serve_all: bool,
+    /// Whether the float order came from the probe of the stock symbols behind this library (not from
+    /// `GGML_LOWBIT_MATCH` or the CPU): then every symbol is also checked against its stock one before ours
+    /// serves it (`VecDotSymbol::stock_agrees`).
+    pub probed: bool,
     pub next: Next,
     pub kernels: Kernels,
 }
@@ -212,6 +216,9 @@ fn parse_verify(v: &str) -> Option<Option<bool>> {
 }
 
 /// The configuration every export uses, built on the first call.
+/// How the log names a float order found by the probe.
+const PROBED: &str = "probed against the stock library";
+
 pub fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
@@ -242,7 +249,7 @@ pub fn config() -> &'static Config {
         let (order, how) = match matched {
             Some(o) => (o, "GGML_LOWBIT_MATCH"),
             None if have_stock && mode != Mode::Disable => match probe_order(&next) {
-                Probe::Order(o) => (o, "probed against the stock library"),
+                Probe::Order(o) => (o, PROBED),
                 Probe::Neither(why) => {
                     crate::ffi::log_line(&format!(
                         "the stock library reproduces neither modelled float order ({why}); every call is \
@@ -273,6 +280,7 @@ pub fn config() -> &'static Config {
             mode,
             log,
             serve_all,
+            probed: how == PROBED,
             next,
             kernels,
         }
@@ -696,20 +704,20 @@ fn call_mode(c: &Config, stock_first: bool) -> Mode {
     }
 }
 
-/// Serves one vec_dot call: `ours` computes the value; `next` is the shadowed stock symbol, if any;
-/// `stock_first` as in `call_mode`.
+/// Serves one vec_dot call in `mode` (`VecDotSymbol::mode`): `ours` computes the value; `next` is the shadowed
+/// stock symbol, if any.
 ///
 /// # Safety
 /// ggml's contract for the symbol: `args.s` is writable and the rows hold what `ours` and the stock symbol read.
 unsafe fn serve_vec_dot(
     symbol: &str,
     next: Option<VecDotFn>,
-    stock_first: bool,
+    mode: Mode,
     a: VecDotArgs,
     ours: impl FnOnce() -> f32,
 ) {
     let c = config();
-    match (call_mode(c, stock_first), next) {
+    match (mode, next) {
         (Mode::Serve, _) | (_, None) => {
             count(&SERVED, c);
             // SAFETY: `s` is writable by ggml's contract.
@@ -884,6 +892,9 @@ pub struct VecDotSymbol<B: VecDotEntry> {
     /// the configuration's checks, the panic guard's frame and two more calls. That path cost about 6 ns a
     /// call on the Zen 5 machine, about a twelfth of a 4096-weight Q1_0 row (`docs/PERFORMANCE.md`).
     direct: OnceLock<Option<RowDot<B, B::Y>>>,
+    /// Whether the stock symbol gave our kernel's bits on the agreement rows (`stock_agrees`); decided on
+    /// first use.
+    agrees: OnceLock<bool>,
 }
 
 impl<B: VecDotEntry> VecDotSymbol<B> {
@@ -897,8 +908,130 @@ impl<B: VecDotEntry> VecDotSymbol<B> {
             next,
             ours_over_stock,
             direct: OnceLock::new(),
+            agrees: OnceLock::new(),
         }
     }
+
+    /// How this symbol's calls are served: `call_mode` (ours, or stock's where ours is no faster), except that
+    /// a stock symbol which does not give our kernel's bits (`stock_agrees`) gets every call, whatever
+    /// `GGML_LOWBIT_SERVE_ALL` says.
+    fn mode(&self, c: &Config) -> Mode {
+        let mode = call_mode(c, !(self.ours_over_stock)(&c.kernels));
+        if mode == Mode::Serve && !self.stock_agrees(c) {
+            Mode::Disable
+        } else {
+            mode
+        }
+    }
+
+    /// Whether our kernel may serve this symbol in front of the stock one: always, unless the float order
+    /// was probed (`Config::probed`) and the stock symbol, run once on the agreement rows
+    /// (`stock_agrees_on_probe_rows`), gives other bits than our kernel. The probe models the builds of the
+    /// pinned llama.cpp; a ggml whose kernel for one format has another layout or order (another version,
+    /// another build) then keeps stock's bits for that format, and says so on stderr.
+    pub(crate) fn stock_agrees(&self, c: &Config) -> bool {
+        *self.agrees.get_or_init(|| {
+            let Some(stock) = (self.next)(&c.next).filter(|_| c.probed) else {
+                return true;
+            };
+            match stock_agrees_on_probe_rows::<B>(stock, B::vec_dot_entry(&c.kernels)) {
+                Ok(()) => true,
+                Err(why) => {
+                    crate::ffi::log_line(&format!(
+                        "{}: the stock library gives other bits than this library's {} kernel ({why}); \
+                         its calls are passed to stock",
+                        self.name,
+                        c.kernels.order.name()
+                    ));
+                    false
+                }
+            }
+        })
+    }
+}
+
+/// An activation block the agreement check (`stock_agrees_on_probe_rows`) can fill with random content.
+pub trait ProbeActivation: RawBlock {
+    /// Fills `out` (whole blocks) with random quants (−128 among them) and moderate scales, from `state`.
+    fn fill(out: &mut [u8], state: &mut u64);
+}
+
+impl ProbeActivation for BlockQ8_0 {
+    fn fill(out: &mut [u8], state: &mut u64) {
+        for blk in out.chunks_exact_mut(size_of::<BlockQ8_0>()) {
+            let d = 0x2800 + (next_u64(state) % 0x1400) as u16;
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            blk[2..].iter_mut().for_each(|q| *q = next_u64(state) as u8);
+        }
+    }
+}
+
+impl ProbeActivation for BlockQ8K {
+    /// The block sums are the quants' own, as ggml's quantizer writes them.
+    fn fill(out: &mut [u8], state: &mut u64) {
+        for blk in out.chunks_exact_mut(size_of::<BlockQ8K>()) {
+            let d = (1 + next_u64(state) % 1000) as f32 * 1e-4;
+            blk[..4].copy_from_slice(&d.to_le_bytes());
+            blk[4..260]
+                .iter_mut()
+                .for_each(|q| *q = next_u64(state) as u8);
+            for j in 0..16 {
+                let sum: i16 = blk[4 + 16 * j..20 + 16 * j]
+                    .iter()
+                    .map(|&q| q as i8 as i16)
+                    .sum();
+                blk[260 + 2 * j..262 + 2 * j].copy_from_slice(&sum.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Rows and blocks per row of the agreement check: it runs once per symbol, in microseconds, and a stock
+/// kernel in another float order differs on most random rows (`tests/stock_bits.rs` finds a wrong order on
+/// its first cases).
+const AGREEMENT_ROWS: usize = 16;
+const AGREEMENT_BLOCKS: usize = 8;
+
+/// Runs the stock vec_dot and ours on fixed random rows of `B`: every weight byte random (any code, sign or
+/// grid index the format has), the f16 scales moderate (no infinite or NaN result, whose payload stock need
+/// not share), the activations random (`ProbeActivation`). `Err` names the first row that differs.
+fn stock_agrees_on_probe_rows<B: VecDotEntry>(
+    stock: VecDotFn,
+    ours: RowDot<B, B::Y>,
+) -> Result<(), String> {
+    use crate::formats::blocks;
+    let mut state = 0x5851_f42d_4c95_7f2du64;
+    let mut x = vec![0u8; AGREEMENT_BLOCKS * size_of::<B>()];
+    let mut y = vec![0u8; AGREEMENT_BLOCKS * B::Y_PER_BLOCK * size_of::<B::Y>()];
+    for row in 0..AGREEMENT_ROWS {
+        for blk in x.chunks_exact_mut(size_of::<B>()) {
+            blk.iter_mut().for_each(|b| *b = next_u64(&mut state) as u8);
+            let d = 0x2000 + (next_u64(&mut state) % 0x1800) as u16;
+            blk[B::SCALE_AT..B::SCALE_AT + 2].copy_from_slice(&d.to_le_bytes());
+        }
+        <B::Y as ProbeActivation>::fill(&mut y, &mut state);
+        // SAFETY: the kernel is the table's entry for this CPU (`Kernels::new`); x and y hold whole blocks
+        // that meet.
+        let mine = unsafe { ours(blocks(&x), blocks(&y)) };
+        let mut theirs = 0f32;
+        // SAFETY: the stock symbol has ggml's vec_dot signature; x and y hold the blocks of the n weights.
+        unsafe {
+            stock(
+                (AGREEMENT_BLOCKS * B::QK) as c_int,
+                &mut theirs,
+                0,
+                x.as_ptr() as *const c_void,
+                0,
+                y.as_ptr() as *const c_void,
+                0,
+                1,
+            )
+        };
+        if mine.to_bits() != theirs.to_bits() {
+            return Err(format!("row {row}: stock {theirs:e}, ours {mine:e}"));
+        }
+    }
+    Ok(())
 }
 
 impl<B: IqSymbol + VecDotEntry> VecDotSymbol<B> {
@@ -992,18 +1125,14 @@ unsafe fn vec_dot_configured<B: VecDotEntry>(
     crate::ffi::guard(symbol.name, || {
         let c = config();
         let kernel = B::vec_dot_entry(&c.kernels);
-        let stock_first = !(symbol.ours_over_stock)(&c.kernels);
+        let mode = symbol.mode(c);
         let next = (symbol.next)(&c.next);
         let nb = whole_blocks(a.n as i64, B::QK);
         // SAFETY: as in `vec_dot`.
         let ours = || unsafe { kernel(view(a.vx, nb), view(a.vy, nb * B::Y_PER_BLOCK)) };
         // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
-        unsafe { serve_vec_dot(symbol.name, next, stock_first, a, ours) };
-        let ours_alone = !counts(c)
-            && matches!(
-                (call_mode(c, stock_first), next),
-                (Mode::Serve, _) | (_, None)
-            );
+        unsafe { serve_vec_dot(symbol.name, next, mode, a, ours) };
+        let ours_alone = !counts(c) && matches!((mode, next), (Mode::Serve, _) | (_, None));
         symbol.direct.get_or_init(|| ours_alone.then_some(kernel));
     })
 }

@@ -85,6 +85,8 @@ fn test_quantize_fns_passes_and_the_probe_picks_each_builds_order() {
             count_before(&text, "calls served by ggml-lowbit", "calls") > 0,
             "the library was not called"
         );
+        // Every symbol test-quantize-fns calls was checked against its stock one, and agreed.
+        assert!(!text.contains("gives other bits"), "{text}");
     }
 }
 
@@ -183,6 +185,61 @@ fn a_host_without_ggml_is_not_disturbed() {
     );
 }
 
+/// Builds `tests/c/{name}.c` into a shared library in `dir`.
+fn build_fake(dir: &std::path::Path, name: &str) -> PathBuf {
+    let fake = dir.join(format!("lib{name}.so"));
+    let compiler = ggml_lowbit::ab::fork::default_compiler();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new(&compiler)
+        .args(["-shared", "-fPIC", "-O2"])
+        .arg(root.join(format!("tests/c/{name}.c")))
+        .arg("-o")
+        .arg(&fake)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "cannot build {name}");
+    fake
+}
+
+/// A stock symbol that gives other bits than our kernel (the real TQ1_0 dot product with its last bit flipped,
+/// `tests/c/fake_tq1_0_bits.c`, preloaded after the library) keeps its calls: the library still probes the
+/// haswell order from the other symbols, names the one that differs, and passes exactly that symbol's calls to
+/// stock: as many more calls passed, and as many fewer served, as the run without the fake.
+#[test]
+fn a_stock_symbol_with_other_bits_keeps_its_calls() {
+    let dir = std::env::temp_dir().join(format!("ggml-lowbit-test-{}-agree", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = build_fake(&dir, "fake_tq1_0_bits");
+    let (_, plain) = run_preloaded(FloatOrder::Haswell, &[("GGML_LOWBIT_LOG", "1")]);
+    let preload = format!("{}:{}", library().display(), fake.display());
+    let (out, text) = run_preloaded(
+        FloatOrder::Haswell,
+        &[("LD_PRELOAD", &preload), ("GGML_LOWBIT_LOG", "1")],
+    );
+    assert!(out.status.success(), "test-quantize-fns failed: {text}");
+    assert!(
+        text.contains("float order haswell (probed against the stock library)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "ggml_vec_dot_tq1_0_q8_K: the stock library gives other bits than this library's haswell kernel"
+        ),
+        "{text}"
+    );
+    assert_eq!(text.matches("gives other bits").count(), 1, "{text}");
+    let counts = |t: &str| {
+        (
+            count_before(t, "calls served by ggml-lowbit", "calls"),
+            count_before(t, "calls served by ggml-lowbit", "passed"),
+        )
+    };
+    let ((served0, passed0), (served1, passed1)) = (counts(&plain), counts(&text));
+    assert!(passed1 > passed0, "{plain}\n{text}");
+    assert_eq!(served0 - served1, passed1 - passed0, "{plain}\n{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Q1_0's stock kernel has a different order in every x86 build, so the probe also checks that the stock Q1_0
 /// follows the order the Q2_0 chain and the quantizer showed. A fake Q1_0 kernel (the real one's result with its
 /// last bit flipped, `tests/c/fake_q1_0_order.c`) preloaded after the library is what the probe then sees: the
@@ -191,17 +248,7 @@ fn a_host_without_ggml_is_not_disturbed() {
 fn a_stock_q1_0_in_an_unmodelled_order_sends_every_call_to_stock() {
     let dir = std::env::temp_dir().join(format!("ggml-lowbit-test-{}-q1order", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let fake = dir.join("libfake_q1_0_order.so");
-    let compiler = ggml_lowbit::ab::fork::default_compiler();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let status = Command::new(&compiler)
-        .args(["-shared", "-fPIC", "-O2"])
-        .arg(root.join("tests/c/fake_q1_0_order.c"))
-        .arg("-o")
-        .arg(&fake)
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "cannot build the fake Q1_0 library");
+    let fake = build_fake(&dir, "fake_q1_0_order");
     let preload = format!("{}:{}", library().display(), fake.display());
     let (_, text) = run_preloaded(
         FloatOrder::Haswell,
