@@ -788,20 +788,27 @@ unsafe fn serve_dequantize(
 }
 
 /// Serves a `quantize_row_*` call into blocks `B` of `qk` floats: `k/qk` whole blocks (a tail is ignored, as
-/// in stock); `stock_first` as in `call_mode`. Verify compares the whole output blocks.
+/// in stock); `stock_first` as in `call_mode`, and every call to stock where the stock quantizer gives other
+/// bytes than ours (`quantizer_agrees`, decided once into `agrees`). Verify compares the whole output blocks.
 ///
 /// # Safety
 /// ggml's contract for the symbol: `x` holds `k` floats, `vy` has room for `k/qk` blocks.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn quantize_rows<B: RawBlock + PartialEq + std::fmt::Debug>(
     symbol: &str,
     next: Option<QuantizeRowFn>,
     stock_first: bool,
+    agrees: &OnceLock<bool>,
     qk: usize,
     kernel: impl Fn(&Kernels, &[f32], &mut [B]),
     (x, vy, k): (*const f32, *mut c_void, i64),
 ) {
     let c = config();
+    let mode = match call_mode(c, stock_first) {
+        Mode::Serve if !quantizer_agrees(agrees, symbol, c, next, qk, &kernel) => Mode::Disable,
+        mode => mode,
+    };
     let nb = whole_blocks(k, qk);
     let ours = |out: &mut [B]| {
         let input = if nb == 0 {
@@ -820,7 +827,7 @@ unsafe fn quantize_rows<B: RawBlock + PartialEq + std::fmt::Debug>(
             unsafe { std::slice::from_raw_parts_mut(vy as *mut B, nb) }
         }
     };
-    match (call_mode(c, stock_first), next) {
+    match (mode, next) {
         (Mode::Serve, _) | (_, None) => {
             count(&SERVED, c);
             ours(out());
@@ -848,6 +855,69 @@ unsafe fn quantize_rows<B: RawBlock + PartialEq + std::fmt::Debug>(
     }
 }
 
+/// Whether the stock quantizer gives our quantizer's bytes on the agreement rows (`agreement_floats`),
+/// decided once into `agrees`, as `VecDotSymbol::stock_agrees` decides for a dot product: checked when the
+/// float order was probed (true otherwise); one that differs is named on stderr.
+fn quantizer_agrees<B: RawBlock + PartialEq>(
+    agrees: &OnceLock<bool>,
+    symbol: &str,
+    c: &Config,
+    next: Option<QuantizeRowFn>,
+    qk: usize,
+    kernel: &impl Fn(&Kernels, &[f32], &mut [B]),
+) -> bool {
+    *agrees.get_or_init(|| {
+        let Some(stock) = next.filter(|_| c.probed) else {
+            return true;
+        };
+        let mut state = 0x1f83_d9ab_fb41_bd6bu64;
+        let nb = AGREEMENT_BLOCKS;
+        for row in 0..AGREEMENT_ROWS {
+            let x = agreement_floats(&mut state, row, nb, qk);
+            let mut mine = vec![0u8; nb * size_of::<B>()];
+            let mut theirs = mine.clone();
+            kernel(&c.kernels, &x, crate::formats::blocks_mut(&mut mine));
+            // SAFETY: the stock symbol has ggml's quantize signature; `x` holds `nb·qk` floats and `theirs`
+            // room for `nb` blocks.
+            unsafe { stock(x.as_ptr(), theirs.as_mut_ptr() as *mut c_void, (nb * qk) as i64) };
+            if mine != theirs {
+                crate::ffi::log_line(&format!(
+                    "{symbol}: the stock library gives other bits than this library's {} quantizer (row \
+                     {row}); its calls are passed to stock",
+                    c.kernels.order.name()
+                ));
+                return false;
+            }
+        }
+        true
+    })
+}
+
+/// A row of `nb` blocks of `qk` floats for the quantizers' agreement check: each block random at its own
+/// magnitude (1e-3 to 1e3); in row 0 the first block is ties (127 first, which makes the scale exactly 1 in
+/// both q8 quantizers, then values `k + 0.5`), where a quantizer's rounding shows.
+fn agreement_floats(state: &mut u64, row: usize, nb: usize, qk: usize) -> Vec<f32> {
+    let mut x = Vec::with_capacity(nb * qk);
+    for b in 0..nb {
+        let scale = 10f32.powi((next_u64(state) % 7) as i32 - 3);
+        for j in 0..qk {
+            x.push(if row == 0 && b == 0 {
+                if j == 0 {
+                    127.0
+                } else {
+                    (j % 128) as f32 - 63.5
+                }
+            } else {
+                ((next_u64(state) >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            });
+        }
+    }
+    x
+}
+
+static QUANTIZE_Q8_0_AGREES: OnceLock<bool> = OnceLock::new();
+static QUANTIZE_Q8_K_AGREES: OnceLock<bool> = OnceLock::new();
+
 /// # Safety
 /// ggml's contract for `quantize_row_q8_0`.
 pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
@@ -857,6 +927,7 @@ pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
             "quantize_row_q8_0",
             config().next.quantize_row_q8_0,
             false,
+            &QUANTIZE_Q8_0_AGREES,
             32,
             Kernels::quantize_row_q8_0,
             (x, vy, k),
@@ -874,6 +945,7 @@ pub unsafe fn quantize_row_q8_k(x: *const f32, vy: *mut c_void, k: i64) {
             "quantize_row_q8_K",
             c.next.quantize_row_q8_k,
             !c.kernels.serves_q8_k_over_stock(),
+            &QUANTIZE_Q8_K_AGREES,
             256,
             Kernels::quantize_row_q8_k,
             (x, vy, k),
