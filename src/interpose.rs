@@ -750,7 +750,7 @@ unsafe fn serve_vec_dot(
 unsafe fn serve_dequantize(
     symbol: &str,
     next: Option<DequantizeRowFn>,
-    stock_first: bool,
+    mode: Mode,
     (vx, y, k): (*const c_void, *mut f32, i64),
     values: usize,
     ours: impl Fn(&mut [f32]),
@@ -764,7 +764,7 @@ unsafe fn serve_dequantize(
             unsafe { std::slice::from_raw_parts_mut(y, values) }
         }
     };
-    match (call_mode(c, stock_first), next) {
+    match (mode, next) {
         (Mode::Serve, _) | (_, None) => {
             count(&SERVED, c);
             ours(out());
@@ -1022,6 +1022,19 @@ impl<B: VecDotEntry> VecDotSymbol<B> {
     }
 }
 
+/// A row of `AGREEMENT_BLOCKS` weight blocks for the agreement checks: every byte random (any code, sign or
+/// grid index the format has), the f16 scale moderate (no infinite or NaN result, whose payload stock need not
+/// share).
+fn agreement_blocks<B: VecDotEntry>(state: &mut u64) -> Vec<u8> {
+    let mut x = vec![0u8; AGREEMENT_BLOCKS * size_of::<B>()];
+    for blk in x.chunks_exact_mut(size_of::<B>()) {
+        blk.iter_mut().for_each(|b| *b = next_u64(state) as u8);
+        let d = 0x2000 + (next_u64(state) % 0x1800) as u16;
+        blk[B::SCALE_AT..B::SCALE_AT + 2].copy_from_slice(&d.to_le_bytes());
+    }
+    x
+}
+
 /// An activation block the agreement check (`stock_agrees_on_probe_rows`) can fill with random content.
 pub trait ProbeActivation: RawBlock {
     /// Fills `out` (whole blocks) with random quants (−128 among them) and moderate scales, from `state`.
@@ -1064,23 +1077,17 @@ impl ProbeActivation for BlockQ8K {
 const AGREEMENT_ROWS: usize = 16;
 const AGREEMENT_BLOCKS: usize = 8;
 
-/// Runs the stock vec_dot and ours on fixed random rows of `B`: every weight byte random (any code, sign or
-/// grid index the format has), the f16 scales moderate (no infinite or NaN result, whose payload stock need
-/// not share), the activations random (`ProbeActivation`). `Err` names the first row that differs.
+/// Runs the stock vec_dot and ours on fixed random rows of `B` (`agreement_blocks`) against random activations
+/// (`ProbeActivation`). `Err` names the first row that differs.
 fn stock_agrees_on_probe_rows<B: VecDotEntry>(
     stock: VecDotFn,
     ours: RowDot<B, B::Y>,
 ) -> Result<(), String> {
     use crate::formats::blocks;
     let mut state = 0x5851_f42d_4c95_7f2du64;
-    let mut x = vec![0u8; AGREEMENT_BLOCKS * size_of::<B>()];
     let mut y = vec![0u8; AGREEMENT_BLOCKS * B::Y_PER_BLOCK * size_of::<B::Y>()];
     for row in 0..AGREEMENT_ROWS {
-        for blk in x.chunks_exact_mut(size_of::<B>()) {
-            blk.iter_mut().for_each(|b| *b = next_u64(&mut state) as u8);
-            let d = 0x2000 + (next_u64(&mut state) % 0x1800) as u16;
-            blk[B::SCALE_AT..B::SCALE_AT + 2].copy_from_slice(&d.to_le_bytes());
-        }
+        let x = agreement_blocks::<B>(&mut state);
         <B::Y as ProbeActivation>::fill(&mut y, &mut state);
         // SAFETY: the kernel is the table's entry for this CPU (`Kernels::new`); x and y hold whole blocks
         // that meet.
@@ -1214,29 +1221,75 @@ unsafe fn vec_dot_configured<B: VecDotEntry>(
 /// # Safety
 /// ggml's (or the fork's) contract for the symbol: `vx` holds `k/qk` blocks, `y` has room for `k` floats.
 #[inline(always)]
-unsafe fn dequantize_rows<B: RawBlock>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn dequantize_rows<B: VecDotEntry>(
     symbol: &str,
     next: impl Fn(&Next) -> Option<DequantizeRowFn>,
     stock_first: bool,
+    agrees: &OnceLock<bool>,
     qk: usize,
     kernel: impl Fn(&Kernels, &[B], &mut [f32]),
     (vx, y, k): (*const c_void, *mut f32, i64),
 ) {
     let c = config();
+    let next = next(&c.next);
+    let mode = match call_mode(c, stock_first) {
+        Mode::Serve if !dequantizer_agrees(agrees, symbol, c, next, &kernel) => Mode::Disable,
+        mode => mode,
+    };
     let nb = whole_blocks(k, qk);
     // SAFETY: the caller's contract: `vx` holds `nb` blocks, `y` has room for `k` floats.
     unsafe {
         let x: &[B] = view(vx, nb);
-        serve_dequantize(
-            symbol,
-            next(&c.next),
-            stock_first,
-            (vx, y, k),
-            nb * qk,
-            |out| kernel(&c.kernels, x, out),
-        )
+        serve_dequantize(symbol, next, mode, (vx, y, k), nb * qk, |out| {
+            kernel(&c.kernels, x, out)
+        })
     }
 }
+
+/// Whether the stock dequantizer gives our floats, bit for bit, on the agreement rows (`agreement_blocks`),
+/// decided once into `agrees` as `VecDotSymbol::stock_agrees` decides for a dot product: checked when the float
+/// order was probed (true otherwise); one that differs is named on stderr.
+fn dequantizer_agrees<B: VecDotEntry>(
+    agrees: &OnceLock<bool>,
+    symbol: &str,
+    c: &Config,
+    next: Option<DequantizeRowFn>,
+    kernel: &impl Fn(&Kernels, &[B], &mut [f32]),
+) -> bool {
+    *agrees.get_or_init(|| {
+        let Some(stock) = next.filter(|_| c.probed) else {
+            return true;
+        };
+        let mut state = 0xd1b5_4a32_d192_ed03u64;
+        let values = AGREEMENT_BLOCKS * B::QK;
+        for row in 0..AGREEMENT_ROWS {
+            let x = agreement_blocks::<B>(&mut state);
+            let (mut mine, mut theirs) = (vec![0f32; values], vec![0f32; values]);
+            kernel(&c.kernels, crate::formats::blocks(&x), &mut mine);
+            // SAFETY: the stock symbol has ggml's dequantize signature; `x` holds the blocks of `values`
+            // weights and `theirs` room for them.
+            unsafe { stock(x.as_ptr() as *const c_void, theirs.as_mut_ptr(), values as i64) };
+            if mine.iter().zip(&theirs).any(|(a, b)| a.to_bits() != b.to_bits()) {
+                crate::ffi::log_line(&format!(
+                    "{symbol}: the stock library gives other bits than this library's dequantizer (row \
+                     {row}); its calls are passed to stock"
+                ));
+                return false;
+            }
+        }
+        true
+    })
+}
+
+/// `dequantizer_agrees`'s decisions, one per dequantizer.
+static DEQUANTIZE_Q2_0_AGREES: OnceLock<bool> = OnceLock::new();
+static DEQUANTIZE_Q1_0_AGREES: OnceLock<bool> = OnceLock::new();
+static DEQUANTIZE_IQ_AGREES: [OnceLock<bool>; 5] = [const { OnceLock::new() }; 5];
+static DEQUANTIZE_TQ1_0_AGREES: OnceLock<bool> = OnceLock::new();
+static DEQUANTIZE_TQ2_0_AGREES: OnceLock<bool> = OnceLock::new();
+static DEQUANTIZE_PQ2_0_AGREES: OnceLock<bool> = OnceLock::new();
+static DEQUANTIZE_PTQ1_0_AGREES: OnceLock<bool> = OnceLock::new();
 
 /// # Safety
 /// ggml's contract for `dequantize_row_q2_0`.
@@ -1247,6 +1300,7 @@ pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
             "dequantize_row_q2_0",
             |n| n.dequantize_row_q2_0,
             false,
+            &DEQUANTIZE_Q2_0_AGREES,
             64,
             Kernels::dequantize_row_q2_0,
             (vx, y, k),
@@ -1263,6 +1317,7 @@ pub unsafe fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: i64) {
             "dequantize_row_q1_0",
             |n| n.dequantize_row_q1_0,
             true,
+            &DEQUANTIZE_Q1_0_AGREES,
             128,
             Kernels::dequantize_row_q1_0,
             (vx, y, k),
@@ -1314,13 +1369,14 @@ impl IqSymbol for BlockIQ3S {
 ///
 /// # Safety
 /// ggml's contract for the symbol.
-pub unsafe fn dequantize_row_iq<B: IqSymbol>(vx: *const c_void, y: *mut f32, k: i64) {
+pub unsafe fn dequantize_row_iq<B: IqSymbol + VecDotEntry>(vx: *const c_void, y: *mut f32, k: i64) {
     // SAFETY: passed on.
     unsafe {
         dequantize_rows::<B>(
             B::DEQUANTIZE_NAME,
             |n| n.dequantize_row_iq[B::INDEX],
             true,
+            &DEQUANTIZE_IQ_AGREES[B::INDEX],
             256,
             Kernels::dequantize_row_iq::<B>,
             (vx, y, k),
@@ -1337,6 +1393,7 @@ pub unsafe fn dequantize_row_tq1_0(vx: *const c_void, y: *mut f32, k: i64) {
             "dequantize_row_tq1_0",
             |n| n.dequantize_row_tq1_0,
             true,
+            &DEQUANTIZE_TQ1_0_AGREES,
             256,
             Kernels::dequantize_row_tq1_0,
             (vx, y, k),
@@ -1353,6 +1410,7 @@ pub unsafe fn dequantize_row_tq2_0(vx: *const c_void, y: *mut f32, k: i64) {
             "dequantize_row_tq2_0",
             |n| n.dequantize_row_tq2_0,
             true,
+            &DEQUANTIZE_TQ2_0_AGREES,
             256,
             Kernels::dequantize_row_tq2_0,
             (vx, y, k),
@@ -1369,6 +1427,7 @@ pub unsafe fn dequantize_row_pq2_0(vx: *const c_void, y: *mut f32, k: i64) {
             "dequantize_row_pq2_0",
             |n| n.dequantize_row_pq2_0,
             false,
+            &DEQUANTIZE_PQ2_0_AGREES,
             128,
             Kernels::dequantize_row_pq2_0,
             (vx, y, k),
@@ -1385,6 +1444,7 @@ pub unsafe fn dequantize_row_ptq1_0(vx: *const c_void, y: *mut f32, k: i64) {
             "dequantize_row_ptq1_0",
             |n| n.dequantize_row_ptq1_0,
             false,
+            &DEQUANTIZE_PTQ1_0_AGREES,
             128,
             Kernels::dequantize_row_ptq1_0,
             (vx, y, k),
