@@ -1071,27 +1071,38 @@ impl ProbeActivation for BlockQ8K {
     }
 }
 
-/// Rows and blocks per row of the agreement check: it runs once per symbol, in microseconds, and a stock
-/// kernel in another float order differs on most random rows (`tests/stock_bits.rs` finds a wrong order on
-/// its first cases).
-const AGREEMENT_ROWS: usize = 16;
+/// Rows and blocks per row of the agreement check: it runs once per symbol (512 blocks), and a kernel in the
+/// other modelled float order differs from ours on at least a third of these rows for every format
+/// (`tests::agreement_rows_tell_the_two_float_orders_apart`).
+const AGREEMENT_ROWS: usize = 64;
 const AGREEMENT_BLOCKS: usize = 8;
 
-/// Runs the stock vec_dot and ours on fixed random rows of `B` (`agreement_blocks`) against random activations
-/// (`ProbeActivation`). `Err` names the first row that differs.
-fn stock_agrees_on_probe_rows<B: VecDotEntry>(
-    stock: VecDotFn,
-    ours: RowDot<B, B::Y>,
-) -> Result<(), String> {
-    use crate::formats::blocks;
+/// The agreement rows of `B`: `agreement_blocks` against random activations (`ProbeActivation`), given to
+/// `each(row, x, y)` as raw bytes until it returns false.
+fn agreement_rows<B: VecDotEntry>(mut each: impl FnMut(usize, &[u8], &[u8]) -> bool) {
     let mut state = 0x5851_f42d_4c95_7f2du64;
     let mut y = vec![0u8; AGREEMENT_BLOCKS * B::Y_PER_BLOCK * size_of::<B::Y>()];
     for row in 0..AGREEMENT_ROWS {
         let x = agreement_blocks::<B>(&mut state);
         <B::Y as ProbeActivation>::fill(&mut y, &mut state);
+        if !each(row, &x, &y) {
+            return;
+        }
+    }
+}
+
+/// Runs the stock vec_dot and ours on the agreement rows of `B` (`agreement_rows`). `Err` names the first row
+/// that differs.
+fn stock_agrees_on_probe_rows<B: VecDotEntry>(
+    stock: VecDotFn,
+    ours: RowDot<B, B::Y>,
+) -> Result<(), String> {
+    use crate::formats::blocks;
+    let mut outcome = Ok(());
+    agreement_rows::<B>(|row, x, y| {
         // SAFETY: the kernel is the table's entry for this CPU (`Kernels::new`); x and y hold whole blocks
         // that meet.
-        let mine = unsafe { ours(blocks(&x), blocks(&y)) };
+        let mine = unsafe { ours(blocks(x), blocks(y)) };
         let mut theirs = 0f32;
         // SAFETY: the stock symbol has ggml's vec_dot signature; x and y hold the blocks of the n weights.
         unsafe {
@@ -1107,10 +1118,11 @@ fn stock_agrees_on_probe_rows<B: VecDotEntry>(
             )
         };
         if mine.to_bits() != theirs.to_bits() {
-            return Err(format!("row {row}: stock {theirs:e}, ours {mine:e}"));
+            outcome = Err(format!("row {row}: stock {theirs:e}, ours {mine:e}"));
         }
-    }
-    Ok(())
+        outcome.is_ok()
+    });
+    outcome
 }
 
 impl<B: IqSymbol + VecDotEntry> VecDotSymbol<B> {
@@ -1667,5 +1679,61 @@ pub unsafe fn mul_mat_tq2_0_q8_k(a: MulMatArgs) {
             Kernels::mul_mat_tq2_0_q8_k,
             a,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::{blocks, blocks_mut};
+
+    /// Rows of the agreement check on which `B`'s two modelled float orders (the scalar tables of each) give
+    /// different bits.
+    fn rows_telling_the_orders_apart<B: VecDotEntry>() -> usize {
+        let haswell = B::vec_dot_entry(&Kernels::new(Isa::Scalar, FloatOrder::Haswell));
+        let x64 = B::vec_dot_entry(&Kernels::new(Isa::Scalar, FloatOrder::X64));
+        let mut differing = 0;
+        agreement_rows::<B>(|_, x, y| {
+            // SAFETY: the scalar tables run on every CPU; x and y hold whole blocks that meet.
+            let (a, b) = unsafe { (haswell(blocks(x), blocks(y)), x64(blocks(x), blocks(y))) };
+            differing += usize::from(a.to_bits() != b.to_bits());
+            true
+        });
+        differing
+    }
+
+    /// The check is sensitive: a stock library in the other modelled float order (a kernel in another order,
+    /// as another ggml version could have) differs from ours on at least a quarter of the agreement rows of
+    /// every format (measured: 22 of 64 for PQ2_0's two chains, 26 for Q2_0's, 62–64 for the IQ formats), and
+    /// the q8_0 quantizers of the two builds differ on the rows' ties.
+    #[test]
+    fn agreement_rows_tell_the_two_float_orders_apart() {
+        let counts = [
+            ("Q2_0", rows_telling_the_orders_apart::<BlockQ2_0>()),
+            ("Q1_0", rows_telling_the_orders_apart::<BlockQ1_0>()),
+            ("PQ2_0", rows_telling_the_orders_apart::<BlockPQ2_0>()),
+            ("PTQ1_0", rows_telling_the_orders_apart::<BlockPTQ1_0>()),
+            ("TQ2_0", rows_telling_the_orders_apart::<BlockTQ2_0>()),
+            ("TQ1_0", rows_telling_the_orders_apart::<BlockTQ1_0>()),
+            ("IQ2_XXS", rows_telling_the_orders_apart::<BlockIQ2XXS>()),
+            ("IQ2_XS", rows_telling_the_orders_apart::<BlockIQ2XS>()),
+            ("IQ2_S", rows_telling_the_orders_apart::<BlockIQ2S>()),
+            ("IQ3_XXS", rows_telling_the_orders_apart::<BlockIQ3XXS>()),
+            ("IQ3_S", rows_telling_the_orders_apart::<BlockIQ3S>()),
+        ];
+        println!("{counts:?} of {AGREEMENT_ROWS} rows");
+        for (format, differing) in counts {
+            assert!(
+                4 * differing >= AGREEMENT_ROWS,
+                "{format}: the orders differ on only {differing} of {AGREEMENT_ROWS} agreement rows"
+            );
+        }
+        let quantized = |order| {
+            let x = agreement_floats(&mut 1, 0, AGREEMENT_BLOCKS, 32);
+            let mut out = vec![0u8; AGREEMENT_BLOCKS * size_of::<BlockQ8_0>()];
+            Kernels::new(Isa::Scalar, order).quantize_row_q8_0(&x, blocks_mut(&mut out));
+            out
+        };
+        assert_ne!(quantized(FloatOrder::Haswell), quantized(FloatOrder::X64));
     }
 }
