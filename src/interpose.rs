@@ -215,10 +215,10 @@ fn parse_verify(v: &str) -> Option<Option<bool>> {
     }
 }
 
-/// The configuration every export uses, built on the first call.
 /// How the log names a float order found by the probe.
 const PROBED: &str = "probed against the stock library";
 
+/// The configuration every export uses, built on the first call.
 pub fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
@@ -866,30 +866,25 @@ fn quantizer_agrees<B: RawBlock + PartialEq>(
     qk: usize,
     kernel: &impl Fn(&Kernels, &[f32], &mut [B]),
 ) -> bool {
-    *agrees.get_or_init(|| {
-        let Some(stock) = next.filter(|_| c.probed) else {
-            return true;
-        };
+    decide_agreement(agrees, c, symbol, "quantizer", next, |stock| {
         let mut state = 0x1f83_d9ab_fb41_bd6bu64;
         let nb = AGREEMENT_BLOCKS;
-        for row in 0..AGREEMENT_ROWS {
+        (0..AGREEMENT_ROWS).find_map(|row| {
             let x = agreement_floats(&mut state, row, nb, qk);
             let mut mine = vec![0u8; nb * size_of::<B>()];
             let mut theirs = mine.clone();
             kernel(&c.kernels, &x, crate::formats::blocks_mut(&mut mine));
             // SAFETY: the stock symbol has ggml's quantize signature; `x` holds `nb·qk` floats and `theirs`
             // room for `nb` blocks.
-            unsafe { stock(x.as_ptr(), theirs.as_mut_ptr() as *mut c_void, (nb * qk) as i64) };
-            if mine != theirs {
-                crate::ffi::log_line(&format!(
-                    "{symbol}: the stock library gives other bits than this library's {} quantizer (row \
-                     {row}); its calls are passed to stock",
-                    c.kernels.order.name()
-                ));
-                return false;
-            }
-        }
-        true
+            unsafe {
+                stock(
+                    x.as_ptr(),
+                    theirs.as_mut_ptr() as *mut c_void,
+                    (nb * qk) as i64,
+                )
+            };
+            (mine != theirs).then(|| format!("row {row}"))
+        })
     })
 }
 
@@ -1002,22 +997,9 @@ impl<B: VecDotEntry> VecDotSymbol<B> {
     /// pinned llama.cpp; a ggml whose kernel for one format has another layout or order (another version,
     /// another build) then keeps stock's bits for that format, and says so on stderr.
     pub(crate) fn stock_agrees(&self, c: &Config) -> bool {
-        *self.agrees.get_or_init(|| {
-            let Some(stock) = (self.next)(&c.next).filter(|_| c.probed) else {
-                return true;
-            };
-            match stock_agrees_on_probe_rows::<B>(stock, B::vec_dot_entry(&c.kernels)) {
-                Ok(()) => true,
-                Err(why) => {
-                    crate::ffi::log_line(&format!(
-                        "{}: the stock library gives other bits than this library's {} kernel ({why}); \
-                         its calls are passed to stock",
-                        self.name,
-                        c.kernels.order.name()
-                    ));
-                    false
-                }
-            }
+        let stock = (self.next)(&c.next);
+        decide_agreement(&self.agrees, c, self.name, "kernel", stock, |stock| {
+            stock_agrees_on_probe_rows::<B>(stock, B::vec_dot_entry(&c.kernels)).err()
         })
     }
 }
@@ -1069,6 +1051,31 @@ impl ProbeActivation for BlockQ8K {
             }
         }
     }
+}
+
+/// Decides once, into `agrees`, whether our `what` (kernel, quantizer or dequantizer) may serve `symbol` in
+/// front of its `stock` one: yes, unless the float order was probed (`Config::probed`), the stock symbol exists,
+/// and `first_difference` names a row of the agreement check where the two give other bits; such a symbol is
+/// named on stderr, once.
+fn decide_agreement<F>(
+    agrees: &OnceLock<bool>,
+    c: &Config,
+    symbol: &str,
+    what: &str,
+    stock: Option<F>,
+    first_difference: impl FnOnce(F) -> Option<String>,
+) -> bool {
+    *agrees.get_or_init(|| {
+        let Some(why) = stock.filter(|_| c.probed).and_then(first_difference) else {
+            return true;
+        };
+        crate::ffi::log_line(&format!(
+            "{symbol}: the stock library gives other bits than this library's {} {what} ({why}); its calls \
+             are passed to stock",
+            c.kernels.order.name()
+        ));
+        false
+    })
 }
 
 /// Rows and blocks per row of the agreement check: it runs once per symbol (512 blocks), and a kernel in the
@@ -1269,28 +1276,28 @@ fn dequantizer_agrees<B: VecDotEntry>(
     next: Option<DequantizeRowFn>,
     kernel: &impl Fn(&Kernels, &[B], &mut [f32]),
 ) -> bool {
-    *agrees.get_or_init(|| {
-        let Some(stock) = next.filter(|_| c.probed) else {
-            return true;
-        };
+    decide_agreement(agrees, c, symbol, "dequantizer", next, |stock| {
         let mut state = 0xd1b5_4a32_d192_ed03u64;
         let values = AGREEMENT_BLOCKS * B::QK;
-        for row in 0..AGREEMENT_ROWS {
+        (0..AGREEMENT_ROWS).find_map(|row| {
             let x = agreement_blocks::<B>(&mut state);
             let (mut mine, mut theirs) = (vec![0f32; values], vec![0f32; values]);
             kernel(&c.kernels, crate::formats::blocks(&x), &mut mine);
             // SAFETY: the stock symbol has ggml's dequantize signature; `x` holds the blocks of `values`
             // weights and `theirs` room for them.
-            unsafe { stock(x.as_ptr() as *const c_void, theirs.as_mut_ptr(), values as i64) };
-            if mine.iter().zip(&theirs).any(|(a, b)| a.to_bits() != b.to_bits()) {
-                crate::ffi::log_line(&format!(
-                    "{symbol}: the stock library gives other bits than this library's dequantizer (row \
-                     {row}); its calls are passed to stock"
-                ));
-                return false;
-            }
-        }
-        true
+            unsafe {
+                stock(
+                    x.as_ptr() as *const c_void,
+                    theirs.as_mut_ptr(),
+                    values as i64,
+                )
+            };
+            let differ = mine
+                .iter()
+                .zip(&theirs)
+                .any(|(a, b)| a.to_bits() != b.to_bits());
+            differ.then(|| format!("row {row}"))
+        })
     })
 }
 
