@@ -1235,18 +1235,18 @@ unsafe fn vec_dot_configured<B: VecDotEntry>(
     })
 }
 
-/// Serves a `dequantize_row_*` call for a format of `B` blocks of `qk` weights; `stock_first` as in `call_mode`.
+/// Serves a `dequantize_row_*` call for a format of `B` blocks (`B::QK` weights each); `stock_first` as in
+/// `call_mode`, and every call to stock where the stock dequantizer gives other bits than ours
+/// (`dequantizer_agrees`, decided once into `agrees`).
 ///
 /// # Safety
-/// ggml's (or the fork's) contract for the symbol: `vx` holds `k/qk` blocks, `y` has room for `k` floats.
+/// ggml's (or the fork's) contract for the symbol: `vx` holds `k/B::QK` blocks, `y` has room for `k` floats.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn dequantize_rows<B: VecDotEntry>(
     symbol: &str,
     next: impl Fn(&Next) -> Option<DequantizeRowFn>,
     stock_first: bool,
     agrees: &OnceLock<bool>,
-    qk: usize,
     kernel: impl Fn(&Kernels, &[B], &mut [f32]),
     (vx, y, k): (*const c_void, *mut f32, i64),
 ) {
@@ -1256,11 +1256,11 @@ unsafe fn dequantize_rows<B: VecDotEntry>(
         Mode::Serve if !dequantizer_agrees(agrees, symbol, c, next, &kernel) => Mode::Disable,
         mode => mode,
     };
-    let nb = whole_blocks(k, qk);
+    let nb = whole_blocks(k, B::QK);
     // SAFETY: the caller's contract: `vx` holds `nb` blocks, `y` has room for `k` floats.
     unsafe {
         let x: &[B] = view(vx, nb);
-        serve_dequantize(symbol, next, mode, (vx, y, k), nb * qk, |out| {
+        serve_dequantize(symbol, next, mode, (vx, y, k), nb * B::QK, |out| {
             kernel(&c.kernels, x, out)
         })
     }
@@ -1320,7 +1320,6 @@ pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_q2_0,
             false,
             &DEQUANTIZE_Q2_0_AGREES,
-            64,
             Kernels::dequantize_row_q2_0,
             (vx, y, k),
         )
@@ -1337,7 +1336,6 @@ pub unsafe fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_q1_0,
             true,
             &DEQUANTIZE_Q1_0_AGREES,
-            128,
             Kernels::dequantize_row_q1_0,
             (vx, y, k),
         )
@@ -1396,7 +1394,6 @@ pub unsafe fn dequantize_row_iq<B: IqSymbol + VecDotEntry>(vx: *const c_void, y:
             |n| n.dequantize_row_iq[B::INDEX],
             true,
             &DEQUANTIZE_IQ_AGREES[B::INDEX],
-            256,
             Kernels::dequantize_row_iq::<B>,
             (vx, y, k),
         )
@@ -1413,7 +1410,6 @@ pub unsafe fn dequantize_row_tq1_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_tq1_0,
             true,
             &DEQUANTIZE_TQ1_0_AGREES,
-            256,
             Kernels::dequantize_row_tq1_0,
             (vx, y, k),
         )
@@ -1430,7 +1426,6 @@ pub unsafe fn dequantize_row_tq2_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_tq2_0,
             true,
             &DEQUANTIZE_TQ2_0_AGREES,
-            256,
             Kernels::dequantize_row_tq2_0,
             (vx, y, k),
         )
@@ -1447,7 +1442,6 @@ pub unsafe fn dequantize_row_pq2_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_pq2_0,
             false,
             &DEQUANTIZE_PQ2_0_AGREES,
-            128,
             Kernels::dequantize_row_pq2_0,
             (vx, y, k),
         )
@@ -1464,7 +1458,6 @@ pub unsafe fn dequantize_row_ptq1_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_ptq1_0,
             false,
             &DEQUANTIZE_PTQ1_0_AGREES,
-            128,
             Kernels::dequantize_row_ptq1_0,
             (vx, y, k),
         )
