@@ -6,9 +6,10 @@
 //!   stock symbols shows (`interpose.rs`); else the build a release llama.cpp would load on this CPU
 //!   (AVX2+FMA+F16C → haswell, else x64).
 //!
-//! - IQ2 grid lookups (AVX-512 only): `vpgatherdq` of the 8-byte grid entries on Intel CPUs whose gathers are
-//!   not slowed by the GDS microcode, the permute lookup of the 16-bit codes elsewhere (`iq_gathers`);
-//!   `GGML_LOWBIT_IQ_GATHER=0|1` overrides, for measurement. Both give the same bits.
+//! - IQ2_XS and IQ2_S grid lookups (AVX-512 only): `vpgatherdq` of the 8-byte grid entries on Intel CPUs whose
+//!   gathers are not slowed by the GDS microcode, the permute lookup of the 16-bit codes elsewhere
+//!   (`iq_gathers`); `GGML_LOWBIT_IQ_GATHER=0|1` overrides, for measurement. Both give the same bits. IQ2_XXS
+//!   takes its two-block permute lookups on every CPU.
 //! - IQ2_S grid lookups without gathers (AVX-512 only): the 1024-entry code tables by permutes, two blocks at a
 //!   time (`iq2_s_permutes`); `GGML_LOWBIT_IQ2S_PERMUTES=0` loads each entry instead, for measurement. Both give
 //!   the same bits.
@@ -238,20 +239,23 @@ iq_format!(BlockIQ2S, vec_dot_iq2_s_q8_k, true);
 iq_format!(BlockIQ3XXS, vec_dot_iq3_xxs_q8_k, true);
 iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k, true);
 
-/// Whether the AVX-512 IQ2 kernels fetch grid entries with gathers: on Intel CPUs, where the permute lookups
-/// run out of shuffle throughput (one shuffle port) while a gather of eight entries costs a few cycles of load
-/// ports (Emerald Rapids Xeon, 2026-12-02: IQ2_XS 1.20–1.25× → 1.75–1.87× stock haswell, `docs/iq.md`) — except
-/// the Intel models whose microcode slows every gather against Gather Data Sampling (`gathers_slowed_by_gds`:
-/// an Ice Lake Xeon took 24 cycles per eight-entry gather and these kernels ran 0.62–0.91× stock against
-/// 1.19–1.60× for the permutes); not on AMD, whose Zen 4 microcodes gathers and whose Zen 5 took 7.6 cycles per
-/// eight-entry gather, where these kernels measured 0.89–1.17× stock against 1.28–2.76× for the permutes and
-/// IQ2_S's loads (2026-12-02, `docs/iq.md`).
+/// Whether the AVX-512 IQ2_XS and IQ2_S kernels fetch grid entries with gathers: on Intel CPUs, where the
+/// permute lookups run out of shuffle throughput (one shuffle port) while a gather of eight entries costs a few
+/// cycles of load ports (Emerald Rapids Xeon, 2026-12-02: IQ2_XS 1.20–1.25× → 1.75–1.87× stock haswell; a Xeon
+/// VM with fast gathers, 2026-12-04, four alternating rounds: IQ2_XS 1.63–1.81× → 1.94–2.04×, IQ2_S
+/// 1.49–1.65× → 1.80–2.02×, `docs/iq.md`) — except the Intel models whose microcode slows every gather against
+/// Gather Data Sampling (`gathers_slowed_by_gds`: an Ice Lake Xeon took 24 cycles per eight-entry gather and
+/// these kernels ran 0.62–0.91× stock against 1.19–1.60× for the permutes); not on AMD, whose Zen 4 microcodes
+/// gathers and whose Zen 5 took 7.6 cycles per eight-entry gather, where these kernels measured 0.89–1.17×
+/// stock against 1.28–2.76× for the permutes and IQ2_S's loads (2026-12-02, `docs/iq.md`). IQ2_XXS never
+/// gathers: on the 2026-12-04 VM its two-block lookups ran 1.84–2.10× stock against 1.59–1.85× gathered.
 /// `GGML_LOWBIT_IQ_GATHER=0|1` overrides. Decided once.
 pub fn iq_gathers() -> bool {
     static GATHERS: OnceLock<bool> = OnceLock::new();
     *GATHERS.get_or_init(|| {
-        env_flag("GGML_LOWBIT_IQ_GATHER")
-            .unwrap_or_else(|| cpu_is_intel() && !gathers_slowed_by_gds(cpu_family(), cpu_model()))
+        env_flag("GGML_LOWBIT_IQ_GATHER").unwrap_or_else(|| {
+            cpu_is_intel() && !gathers_slowed_by_gds(cpu_family(), cpu_model(), has_avx512_fp16())
+        })
     })
 }
 
@@ -284,7 +288,7 @@ pub fn q1_tile_masked_loads() -> bool {
 /// choice off, is what the tables without AVX-512 hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelChoices {
-    /// IQ2 grid entries by gathers (`iq_gathers`).
+    /// IQ2_XS and IQ2_S grid entries by gathers (`iq_gathers`).
     pub iq_gather: bool,
     /// Q1_0 tile quants by masked loads (`q1_tile_masked_loads`).
     pub q1_masked_loads: bool,
@@ -305,7 +309,7 @@ impl KernelChoices {
     /// The forms in words, for the log and the speed report.
     pub fn describe(&self) -> String {
         format!(
-            "IQ2 grid entries by {}, Q1_0 tile quants by {}",
+            "IQ2_XS and IQ2_S grid entries by {}, Q1_0 tile quants by {}",
             match (self.iq_gather, self.iq2_s_permutes) {
                 (true, _) => "gathers",
                 (false, true) => "lookups (IQ2_S's by permutes)",
@@ -331,14 +335,32 @@ fn tq2_0_avx512_beats_haswell() -> bool {
 /// per eight-entry `vpgatherdq` measured on an Ice Lake Xeon, model 0x6A, 2026-12-02). Only the affected models
 /// with the AVX-512 VBMI and VNNI these kernels need are listed (Ice Lake, Tiger Lake, Rocket Lake); the older
 /// affected ones (Skylake through Comet Lake) never reach them. The model is the test, not the kernel's report
-/// (`/sys/.../gather_data_sampling` read "Not affected" inside the Ice Lake VM whose gathers were slow).
-fn gathers_slowed_by_gds(family: u32, model: u32) -> bool {
+/// (`/sys/.../gather_data_sampling` read "Not affected" inside the Ice Lake VM whose gathers were slow), unless
+/// the CPU has AVX-512 FP16: no affected model has it (Sapphire Rapids, the first with it, is not affected), so
+/// such a CPU's model number is a hypervisor's choice (a 2-core VM of 2026-12-04 reported Rocket Lake's 0xA7
+/// with AVX-512 FP16 and AMX, and one eight-entry gather took 4.7 cycles).
+fn gathers_slowed_by_gds(family: u32, model: u32, avx512_fp16: bool) -> bool {
     const GDS_MODELS: [u32; 6] = [
         0x6A, 0x6C, 0x7E, // Ice Lake server (SP, D) and client
         0x8C, 0x8D, // Tiger Lake
         0xA7, // Rocket Lake
     ];
-    family == 6 && GDS_MODELS.contains(&model)
+    family == 6 && GDS_MODELS.contains(&model) && !avx512_fp16
+}
+
+/// Whether the CPU has AVX-512 FP16 (Sapphire Rapids and later Intel server cores); read once.
+fn has_avx512_fp16() -> bool {
+    static FP16: OnceLock<bool> = OnceLock::new();
+    *FP16.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512fp16")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    })
 }
 
 /// CPUID leaf 1's `eax` (family, model, stepping); read once.
@@ -578,7 +600,9 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_tq1_0_q8_k::<false>
                         },
-                        vec_dot_iq2_xxs_q8_k: avx512_iq_pairs(haswell, choices.iq_gather),
+                        // IQ2_XXS looks its grid up two blocks at a time on every CPU: where gathers are
+                        // fast it measured 1.84–2.10× stock haswell against 1.59–1.85× gathered (`iq.md`).
+                        vec_dot_iq2_xxs_q8_k: avx512_iq_pairs(haswell, false),
                         vec_dot_iq2_xs_q8_k: avx512_iq_pairs(haswell, choices.iq_gather),
                         vec_dot_iq2_s_q8_k: if choices.iq2_s_permutes {
                             avx512_iq_pairs(haswell, choices.iq_gather)
@@ -588,7 +612,7 @@ impl Kernels {
                         vec_dot_iq3_xxs_q8_k: avx512_iq(haswell, choices.iq_gather),
                         vec_dot_iq3_s_q8_k: avx512_iq(haswell, choices.iq_gather),
                         quantize_row_q8_k: avx512::quantize_row_q8_k,
-                    }
+                    };
                 }
                 Isa::Avx2 => {
                     return Kernels {
@@ -1111,8 +1135,9 @@ mod tests {
     use super::*;
     use crate::formats::{iq2_s::BlockIQ2S, iq3_s::BlockIQ3S};
 
-    /// CPUID leaf 1 `eax` of the four machines measured: Zen 5 EPYC (family 26), Zen 4 EPYC (25), Emerald
-    /// Rapids Xeon (6, model 207), Ice Lake Xeon (6, model 106, stepping 6 as lscpu shows).
+    /// CPUID leaf 1 `eax` of the five machines measured: Zen 5 EPYC (family 26), Zen 4 EPYC (25), Emerald
+    /// Rapids Xeon (6, model 207), Ice Lake Xeon (6, model 106, stepping 6 as lscpu shows), and a Xeon VM that
+    /// reports model 167.
     #[test]
     fn cpu_families_decode_as_lscpu_shows_them() {
         assert_eq!(family_from_cpuid_eax(0x00B0_0F21), 26);
@@ -1121,16 +1146,21 @@ mod tests {
         assert_eq!(model_from_cpuid_eax(0x000C_06F2), 207);
         assert_eq!(family_from_cpuid_eax(0x0006_06A6), 6);
         assert_eq!(model_from_cpuid_eax(0x0006_06A6), 106);
+        assert_eq!(family_from_cpuid_eax(0x000A_0671), 6);
+        assert_eq!(model_from_cpuid_eax(0x000A_0671), 0xA7);
     }
 
     /// Gathers are kept off on the Ice Lake Xeon (slow under the GDS microcode) and on on the Emerald Rapids one
-    /// (Intel lists Sapphire and Emerald Rapids as not affected); the AMD families never reach the model test.
+    /// (Intel lists Sapphire and Emerald Rapids as not affected), and on the VM that reports Rocket Lake's model
+    /// with AVX-512 FP16 (fast gathers); the AMD families never reach the model test.
     #[test]
     fn gds_models_are_the_ones_measured_slow() {
-        assert!(gathers_slowed_by_gds(6, 106));
-        assert!(!gathers_slowed_by_gds(6, 207));
-        assert!(!gathers_slowed_by_gds(6, 143));
-        assert!(!gathers_slowed_by_gds(26, 0x6A));
+        assert!(gathers_slowed_by_gds(6, 106, false));
+        assert!(gathers_slowed_by_gds(6, 0xA7, false));
+        assert!(!gathers_slowed_by_gds(6, 0xA7, true));
+        assert!(!gathers_slowed_by_gds(6, 207, true));
+        assert!(!gathers_slowed_by_gds(6, 143, true));
+        assert!(!gathers_slowed_by_gds(26, 0x6A, false));
     }
 
     /// The serve decisions per table, as `docs/PERFORMANCE.md` measured them: every Q1_0 and q8_K dot product

@@ -31,8 +31,8 @@ use crate::formats::iq2_xxs::BlockIQ2XXS;
 use crate::formats::iq3_s::BlockIQ3S;
 use crate::formats::iq3_xxs::BlockIQ3XXS;
 use crate::formats::iq_grids::{
-    GridCodes, IQ2S_CODES, IQ2S_GRID, IQ2XS_CODES, IQ2XS_GRID, IQ2XXS_CODES, IQ2XXS_GRID,
-    IQ2_LEVELS, IQ3S_CODES, IQ3S_LEVELS, IQ3XXS_CODES, IQ3XXS_LEVELS, KSIGNS_IQ2XS,
+    GridCodes, IQ2S_CODES, IQ2S_GRID, IQ2XS_CODES, IQ2XS_GRID, IQ2XXS_CODES, IQ2_LEVELS,
+    IQ3S_CODES, IQ3S_LEVELS, IQ3XXS_CODES, IQ3XXS_LEVELS, KSIGNS_IQ2XS,
 };
 use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
 use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
@@ -1977,7 +1977,7 @@ pub unsafe fn quantize_row_q8_0<const AVX_ORDER: bool>(x: &[f32], y: &mut [Block
 /// One IQ format's block decode for `vec_dot_iq_q8_k`: the weights' magnitudes, signs and scales, each
 /// format from its own fields (`formats/iq*.rs`).
 pub trait IqDecode: IqBlock {
-    /// The 256 grid magnitudes (unsigned bytes) in element order, 64 per zmm. With `GATHER` the IQ2 formats
+    /// The 256 grid magnitudes (unsigned bytes) in element order, 64 per zmm. With `GATHER` IQ2_XS and IQ2_S
     /// fetch their 8-byte grid entries with `vpgatherdq` (fast on Intel, where the permute lookups are short of
     /// shuffle throughput; microcoded and slow on Zen 4), else they look up and expand the 16-bit codes.
     ///
@@ -2665,40 +2665,15 @@ const IQ3XXS_SIGN_SHIFT: [u8; 64] = {
     t
 };
 
-/// IQ2_XXS gather indices, `vpermb` control for 64-weight group `c`: byte 0 of qword `k` takes the index byte
-/// of entry `8c + k`, byte `e % 4` of chunk `e / 4`'s qword.
-const IQ2XXS_GATHER_PICK: [[u8; 64]; 4] = {
-    let mut t = [[0u8; 64]; 4];
-    let mut c = 0;
-    while c < 4 {
-        let mut k = 0;
-        while k < 8 {
-            let e = 8 * c + k;
-            t[c][8 * k] = (8 * (e / 4) + e % 4) as u8;
-            k += 1;
-        }
-        c += 1;
-    }
-    t
-};
-
 impl IqDecode for BlockIQ2XXS {
     #[inline(always)]
     unsafe fn magnitudes<const GATHER: bool>(&self) -> [__m512i; 4] {
         // SAFETY (whole body): a 64-byte load of `qs`; the indices are bytes, inside the 256-entry tables.
         unsafe {
             let q = _mm512_loadu_si512(self.qs.as_ptr() as *const _);
-            if GATHER {
-                let mut out = [_mm512_setzero_si512(); 4];
-                for (c, o) in out.iter_mut().enumerate() {
-                    // Entry e = 8c + k is byte e % 4 of chunk e / 4's qword: moved to byte 0 of qword k, the
-                    // other bytes zeroed, as qword indices.
-                    let perm = _mm512_loadu_si512(IQ2XXS_GATHER_PICK[c].as_ptr() as *const _);
-                    let ix = _mm512_maskz_permutexvar_epi8(0x0101_0101_0101_0101, perm, q);
-                    *o = _mm512_i64gather_epi64::<8>(ix, IQ2XXS_GRID.as_ptr() as *const i64);
-                }
-                return out;
-            }
+            // No gathers here even with `GATHER`: the dispatcher gives IQ2_XXS its two-block lookups on
+            // every CPU, which beat its gathers where gathers are fast (`dispatch.rs`); this single-block form
+            // serves the pair kernel's last odd block.
             // The low dword of each chunk's qword holds its four index bytes, looked up in place (the other
             // bytes look up entries nobody reads; the grouping permute takes each entry's from its place, as
             // block `a`'s of a pair: `PairLayout::ChunkDwords`).
