@@ -348,19 +348,16 @@ fn gathers_slowed_by_gds(family: u32, model: u32, avx512_fp16: bool) -> bool {
     family == 6 && GDS_MODELS.contains(&model) && !avx512_fp16
 }
 
-/// Whether the CPU has AVX-512 FP16 (Sapphire Rapids and later Intel server cores); read once.
+/// Whether the CPU has AVX-512 FP16 (Sapphire Rapids and later Intel server cores).
 fn has_avx512_fp16() -> bool {
-    static FP16: OnceLock<bool> = OnceLock::new();
-    *FP16.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx512fp16")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512fp16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 /// CPUID leaf 1's `eax` (family, model, stepping); read once.

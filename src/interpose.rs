@@ -993,13 +993,13 @@ impl<B: VecDotEntry> VecDotSymbol<B> {
 
     /// Whether our kernel may serve this symbol in front of the stock one: always, unless the float order
     /// was probed (`Config::probed`) and the stock symbol, run once on the agreement rows
-    /// (`stock_agrees_on_probe_rows`), gives other bits than our kernel. The probe models the builds of the
+    /// (`first_row_differing_from_stock`), gives other bits than our kernel. The probe models the builds of the
     /// pinned llama.cpp; a ggml whose kernel for one format has another layout or order (another version,
     /// another build) then keeps stock's bits for that format, and says so on stderr.
     pub(crate) fn stock_agrees(&self, c: &Config) -> bool {
         let stock = (self.next)(&c.next);
         decide_agreement(&self.agrees, c, self.name, "kernel", stock, |stock| {
-            stock_agrees_on_probe_rows::<B>(stock, B::vec_dot_entry(&c.kernels)).err()
+            first_row_differing_from_stock::<B>(stock, B::vec_dot_entry(&c.kernels))
         })
     }
 }
@@ -1017,7 +1017,7 @@ fn agreement_blocks<B: VecDotEntry>(state: &mut u64) -> Vec<u8> {
     x
 }
 
-/// An activation block the agreement check (`stock_agrees_on_probe_rows`) can fill with random content.
+/// An activation block the agreement check (`first_row_differing_from_stock`) can fill with random content.
 pub trait ProbeActivation: RawBlock {
     /// Fills `out` (whole blocks) with random quants (−128 among them) and moderate scales, from `state`.
     fn fill(out: &mut [u8], state: &mut u64);
@@ -1079,34 +1079,33 @@ fn decide_agreement<F>(
 }
 
 /// Rows and blocks per row of the agreement check: it runs once per symbol (512 blocks), and a kernel in the
-/// other modelled float order differs from ours on at least a third of these rows for every format
-/// (`tests::agreement_rows_tell_the_two_float_orders_apart`).
+/// other modelled float order differs from ours on at least a quarter of these rows for every format (22 of 64
+/// at the fewest: `tests::agreement_rows_tell_the_two_float_orders_apart`).
 const AGREEMENT_ROWS: usize = 64;
 const AGREEMENT_BLOCKS: usize = 8;
 
 /// The agreement rows of `B`: `agreement_blocks` against random activations (`ProbeActivation`), given to
-/// `each(row, x, y)` as raw bytes until it returns false.
-fn agreement_rows<B: VecDotEntry>(mut each: impl FnMut(usize, &[u8], &[u8]) -> bool) {
+/// `each(row, x, y)` as raw bytes until it returns something, which is returned.
+fn agreement_rows<B: VecDotEntry, T>(
+    mut each: impl FnMut(usize, &[u8], &[u8]) -> Option<T>,
+) -> Option<T> {
     let mut state = 0x5851_f42d_4c95_7f2du64;
     let mut y = vec![0u8; AGREEMENT_BLOCKS * B::Y_PER_BLOCK * size_of::<B::Y>()];
-    for row in 0..AGREEMENT_ROWS {
+    (0..AGREEMENT_ROWS).find_map(|row| {
         let x = agreement_blocks::<B>(&mut state);
         <B::Y as ProbeActivation>::fill(&mut y, &mut state);
-        if !each(row, &x, &y) {
-            return;
-        }
-    }
+        each(row, &x, &y)
+    })
 }
 
-/// Runs the stock vec_dot and ours on the agreement rows of `B` (`agreement_rows`). `Err` names the first row
-/// that differs.
-fn stock_agrees_on_probe_rows<B: VecDotEntry>(
+/// Runs the stock vec_dot and ours on the agreement rows of `B` (`agreement_rows`) and names the first row
+/// that differs, if any.
+fn first_row_differing_from_stock<B: VecDotEntry>(
     stock: VecDotFn,
     ours: RowDot<B, B::Y>,
-) -> Result<(), String> {
+) -> Option<String> {
     use crate::formats::blocks;
-    let mut outcome = Ok(());
-    agreement_rows::<B>(|row, x, y| {
+    agreement_rows::<B, String>(|row, x, y| {
         // SAFETY: the kernel is the table's entry for this CPU (`Kernels::new`); x and y hold whole blocks
         // that meet.
         let mine = unsafe { ours(blocks(x), blocks(y)) };
@@ -1124,12 +1123,9 @@ fn stock_agrees_on_probe_rows<B: VecDotEntry>(
                 1,
             )
         };
-        if mine.to_bits() != theirs.to_bits() {
-            outcome = Err(format!("row {row}: stock {theirs:e}, ours {mine:e}"));
-        }
-        outcome.is_ok()
-    });
-    outcome
+        (mine.to_bits() != theirs.to_bits())
+            .then(|| format!("row {row}: stock {theirs:e}, ours {mine:e}"))
+    })
 }
 
 impl<B: IqSymbol + VecDotEntry> VecDotSymbol<B> {
@@ -1693,11 +1689,11 @@ mod tests {
         let haswell = B::vec_dot_entry(&Kernels::new(Isa::Scalar, FloatOrder::Haswell));
         let x64 = B::vec_dot_entry(&Kernels::new(Isa::Scalar, FloatOrder::X64));
         let mut differing = 0;
-        agreement_rows::<B>(|_, x, y| {
+        agreement_rows::<B, ()>(|_, x, y| {
             // SAFETY: the scalar tables run on every CPU; x and y hold whole blocks that meet.
             let (a, b) = unsafe { (haswell(blocks(x), blocks(y)), x64(blocks(x), blocks(y))) };
             differing += usize::from(a.to_bits() != b.to_bits());
-            true
+            None
         });
         differing
     }
