@@ -15,6 +15,9 @@
 //!   the same bits.
 //! - Q1_0 tile quants (AVX-512 only): by zero-masked loads on Intel CPUs, by a zero-masking move elsewhere
 //!   (`q1_tile_masked_loads`); `GGML_LOWBIT_Q1_MASKED_LOADS=0|1` overrides. Both give the same bits.
+//! - The q8_0 scales of the Q2_0, PQ2_0 and PTQ1_0 `vec_dot` kernels (AVX-512 only): by a gather where gathers
+//!   are fast, as for the IQ2 grids, by word permutes elsewhere (`q8_scale_gathers`);
+//!   `GGML_LOWBIT_SCALE_GATHER=0|1` overrides. Both give the same bits.
 //!
 //! An unknown value in any of these variables is a configuration error: the library says so on stderr and aborts
 //! rather than return bits from a build the user did not ask for.
@@ -252,11 +255,25 @@ iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k, true);
 /// `GGML_LOWBIT_IQ_GATHER=0|1` overrides. Decided once.
 pub fn iq_gathers() -> bool {
     static GATHERS: OnceLock<bool> = OnceLock::new();
-    *GATHERS.get_or_init(|| {
-        env_flag("GGML_LOWBIT_IQ_GATHER").unwrap_or_else(|| {
-            cpu_is_intel() && !gathers_slowed_by_gds(cpu_family(), cpu_model(), has_avx512_fp16())
-        })
-    })
+    *GATHERS.get_or_init(|| env_flag("GGML_LOWBIT_IQ_GATHER").unwrap_or_else(gathers_are_fast))
+}
+
+/// Whether the AVX-512 `vec_dot` kernels of Q2_0, PQ2_0 and PTQ1_0 collect each batch's sixteen q8_0 scales
+/// by one gather (`group_d1_gathered`; Q2_0's haswell order also reads each block's own scale through the f16
+/// table inside its chain) instead of by four two-source word permutes: where gathers are fast, as for
+/// `iq_gathers`. Those kernels run out of the two 512-bit vector ports, and each permute takes several
+/// micro-ops of them. On a Xeon with AVX-512 FP16 (2026-12-04, three alternating rounds, 4096×4096 and
+/// 12288×4096, one thread) Q2_0 went from 8.73–8.92× stock haswell to 10.14–11.14×, PQ2_0 from 9.07–9.70×
+/// to 10.30–10.82× and PTQ1_0 from 9.41–9.68× to 10.43–11.10× (`docs/q2_0.md`). Zen 4, which microcodes
+/// gathers, keeps the permutes. `GGML_LOWBIT_SCALE_GATHER=0|1` overrides. Decided once.
+pub fn q8_scale_gathers() -> bool {
+    static GATHERS: OnceLock<bool> = OnceLock::new();
+    *GATHERS.get_or_init(|| env_flag("GGML_LOWBIT_SCALE_GATHER").unwrap_or_else(gathers_are_fast))
+}
+
+/// Intel CPUs other than the models whose GDS microcode slows every gather (`gathers_slowed_by_gds`).
+fn gathers_are_fast() -> bool {
+    cpu_is_intel() && !gathers_slowed_by_gds(cpu_family(), cpu_model(), has_avx512_fp16())
 }
 
 /// Whether the AVX-512 IQ2_S kernel without gathers looks its grid codes up by permutes, two blocks at a time
@@ -294,6 +311,8 @@ pub struct KernelChoices {
     pub q1_masked_loads: bool,
     /// IQ2_S grid codes by permutes where there are no gathers (`iq2_s_permutes`).
     pub iq2_s_permutes: bool,
+    /// The q8_0 scales of the Q2_0, PQ2_0 and PTQ1_0 `vec_dot` kernels by gathers (`q8_scale_gathers`).
+    pub q8_scale_gather: bool,
 }
 
 impl KernelChoices {
@@ -303,13 +322,14 @@ impl KernelChoices {
             iq_gather: iq_gathers(),
             q1_masked_loads: q1_tile_masked_loads(),
             iq2_s_permutes: iq2_s_permutes(),
+            q8_scale_gather: q8_scale_gathers(),
         }
     }
 
     /// The forms in words, for the log and the speed report.
     pub fn describe(&self) -> String {
         format!(
-            "IQ2_XS and IQ2_S grid entries by {}, Q1_0 tile quants by {}",
+            "IQ2_XS and IQ2_S grid entries by {}, Q1_0 tile quants by {}, q8_0 scales by {}",
             match (self.iq_gather, self.iq2_s_permutes) {
                 (true, _) => "gathers",
                 (false, true) => "lookups (IQ2_S's by permutes)",
@@ -319,6 +339,11 @@ impl KernelChoices {
                 "masked loads"
             } else {
                 "masked moves"
+            },
+            if self.q8_scale_gather {
+                "gathers"
+            } else {
+                "permutes"
             }
         )
     }
@@ -493,15 +518,16 @@ impl Kernels {
         Kernels::with_choices(isa, order, KernelChoices::for_this_cpu())
     }
 
-    /// Every table the library may pick at `isa` on some CPU: at AVX-512 one with the IQ2 grid gathers and the
-    /// Q1_0 tiles' masked loads, one with every CPU-dependent choice off and one with only IQ2_S's permutes
-    /// (which the gathers would bypass), so each form of each choice runs; elsewhere the one table. Tests and
-    /// `bits` run all of them, since each must give stock's bits on every CPU.
+    /// Every table the library may pick at `isa` on some CPU: at AVX-512 one with the gathers (IQ2 grids, q8_0
+    /// scales) and the Q1_0 tiles' masked loads, one with every CPU-dependent choice off and one with only
+    /// IQ2_S's permutes (which the gathers would bypass), so each form of each choice runs; elsewhere the one
+    /// table. Tests and `bits` run all of them, since each must give stock's bits on every CPU.
     pub fn every_variant(isa: Isa, order: FloatOrder) -> Vec<Kernels> {
-        let choices = |iq_gather, q1_masked_loads, iq2_s_permutes| KernelChoices {
-            iq_gather,
+        let choices = |gathers, q1_masked_loads, iq2_s_permutes| KernelChoices {
+            iq_gather: gathers,
             q1_masked_loads,
             iq2_s_permutes,
+            q8_scale_gather: gathers,
         };
         let all: &[KernelChoices] = if isa.min(detected_isa()) == Isa::Avx512 {
             &[
@@ -531,10 +557,11 @@ impl Kernels {
                         isa,
                         order,
                         choices,
-                        vec_dot_q2_0_q8_0: if haswell {
-                            avx512::vec_dot_q2_0_q8_0::<true>
-                        } else {
-                            avx512::vec_dot_q2_0_q8_0::<false>
+                        vec_dot_q2_0_q8_0: match (haswell, choices.q8_scale_gather) {
+                            (true, true) => avx512::vec_dot_q2_0_q8_0::<true, true>,
+                            (true, false) => avx512::vec_dot_q2_0_q8_0::<true, false>,
+                            (false, true) => avx512::vec_dot_q2_0_q8_0::<false, true>,
+                            (false, false) => avx512::vec_dot_q2_0_q8_0::<false, false>,
                         },
                         quantize_row_q8_0: if haswell {
                             avx512::quantize_row_q8_0::<true>
@@ -542,15 +569,17 @@ impl Kernels {
                             avx512::quantize_row_q8_0::<false>
                         },
                         dequantize_row_q2_0: avx512::dequantize_row_q2_0,
-                        vec_dot_pq2_0_q8_0: if haswell {
-                            avx512::vec_dot_pq2_0_q8_0::<true>
-                        } else {
-                            avx512::vec_dot_pq2_0_q8_0::<false>
+                        vec_dot_pq2_0_q8_0: match (haswell, choices.q8_scale_gather) {
+                            (true, true) => avx512::vec_dot_pq2_0_q8_0::<true, true>,
+                            (true, false) => avx512::vec_dot_pq2_0_q8_0::<true, false>,
+                            (false, true) => avx512::vec_dot_pq2_0_q8_0::<false, true>,
+                            (false, false) => avx512::vec_dot_pq2_0_q8_0::<false, false>,
                         },
-                        vec_dot_ptq1_0_q8_0: if haswell {
-                            avx512::vec_dot_ptq1_0_q8_0::<true>
-                        } else {
-                            avx512::vec_dot_ptq1_0_q8_0::<false>
+                        vec_dot_ptq1_0_q8_0: match (haswell, choices.q8_scale_gather) {
+                            (true, true) => avx512::vec_dot_ptq1_0_q8_0::<true, true>,
+                            (true, false) => avx512::vec_dot_ptq1_0_q8_0::<true, false>,
+                            (false, true) => avx512::vec_dot_ptq1_0_q8_0::<false, true>,
+                            (false, false) => avx512::vec_dot_ptq1_0_q8_0::<false, false>,
                         },
                         mul_mat_pq2_0_q8_0: Some(if haswell {
                             avx512::mul_mat_pq2_0_q8_0::<true>

@@ -286,9 +286,14 @@ impl Subject {
     pub fn name(&self) -> String {
         match self {
             Subject::Kernels(k) => format!(
-                "rlib/{}{}{}{}",
+                "rlib/{}{}{}{}{}",
                 k.isa.name(),
                 if k.choices.iq_gather { "+gather" } else { "" },
+                if k.choices.q8_scale_gather {
+                    "+scale-gather"
+                } else {
+                    ""
+                },
                 if k.choices.iq2_s_permutes {
                     "+iq2s-permutes"
                 } else {

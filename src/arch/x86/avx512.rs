@@ -138,9 +138,11 @@ unsafe fn reduce_group_partials(v: [__m512i; 8]) -> __m512i {
 /// each lane's word index inside the pair. Built at compile time from a lane order (`order[l]`: the q8_0 block
 /// whose scale lane `l` holds). The index vectors first and 64-byte aligned, so no load of them splits a cache
 /// line.
+/// For `group_d1_gathered`, each lane's q8_0 block as a byte offset (`34·order[l]`).
 #[repr(C, align(64))]
 struct D1Tables {
     idx: [[u16; 32]; 4],
+    offsets: [i32; 16],
     masks: [u32; 4],
 }
 
@@ -148,6 +150,7 @@ impl D1Tables {
     const fn new(order: [usize; 16]) -> D1Tables {
         let mut t = D1Tables {
             idx: [[0; 32]; 4],
+            offsets: [0; 16],
             masks: [0; 4],
         };
         let mut l = 0;
@@ -156,6 +159,7 @@ impl D1Tables {
             let j = b / 4;
             t.masks[j] |= 1 << l;
             t.idx[j][l] = (17 * b - 64 * j) as u16;
+            t.offsets[l] = (Q8_BYTES * b) as i32;
             l += 1;
         }
         t
@@ -187,6 +191,21 @@ unsafe fn group_d1(yb: *const u8, tables: &D1Tables) -> __m512 {
     }
 }
 
+/// `group_d1` by one gather: each lane's four bytes at its block's start (the f16 scale and the block's first two
+/// quants, inside the block), narrowed to words and converted. On CPUs whose gathers are fast it takes fewer
+/// vector operations than the permutes (`dispatch::q8_scale_gathers`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn group_d1_gathered(yb: *const u8, tables: &D1Tables) -> __m512 {
+    // SAFETY: the caller guarantees 16 q8_0 blocks (544 bytes) at `yb`; each lane reads bytes 0..4 of one of them
+    // (`offsets` are whole blocks below 16); the offset table is a 64-byte array.
+    unsafe {
+        let offsets = _mm512_loadu_si512(tables.offsets.as_ptr() as *const _);
+        let dwords = _mm512_i32gather_epi32::<1>(offsets, yb as *const i32);
+        _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dwords))
+    }
+}
+
 /// `group_sums`' lane order for Q2_0 (group `g` is block `g`, its halves meet q8_0 blocks `2g` and `2g + 1`):
 /// lane `8(g / 4) + 4h + g % 4` holds q8_0 block `2g + h`.
 static Q2_D1: D1Tables = D1Tables::new({
@@ -202,9 +221,14 @@ static Q2_D1: D1Tables = D1Tables::new({
 
 /// Per-batch float terms of eight Q2_0 blocks: for the FMA chain `(d0, sumi)`, for the unfused chain
 /// `(d0·sumi, _)`. Block `k` sits in lane `CHAIN_LANES[k]`. Nothing here depends on the running `sumf`.
+/// `SCALE_GATHER`: the q8_0 scales by one gather (`group_d1_gathered`), and for the FMA chain no `d0` at all
+/// (`q2_batch_chain_table_d0` reads the blocks' scales itself; the first term is left zero).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m512, __m512) {
+unsafe fn q2_batch_terms<const FMA: bool, const SCALE_GATHER: bool>(
+    xb: *const u8,
+    yb: *const u8,
+) -> (__m512, __m512) {
     // SAFETY (whole body): the caller guarantees 8 whole Q2_0 blocks at `xb` and 16 q8_0 blocks at `yb`;
     // features are enabled by this function.
     unsafe {
@@ -214,12 +238,20 @@ unsafe fn q2_batch_terms<const FMA: bool>(xb: *const u8, yb: *const u8) -> (__m5
                 yb.add(2 * g * Q8_BYTES + 2),
             )
         });
-        let d1 = group_d1(yb, &Q2_D1);
-        let mut d0_bits = [0u16; 16];
-        for k in 0..8 {
-            d0_bits[CHAIN_LANES[k]] = (xb.add(k * Q2_BYTES) as *const u16).read_unaligned();
-        }
-        let d0 = _mm512_cvtph_ps(_mm256_loadu_si256(d0_bits.as_ptr() as *const __m256i));
+        let d1 = if SCALE_GATHER {
+            group_d1_gathered(yb, &Q2_D1)
+        } else {
+            group_d1(yb, &Q2_D1)
+        };
+        let d0 = if SCALE_GATHER && FMA {
+            _mm512_setzero_ps()
+        } else {
+            let mut d0_bits = [0u16; 16];
+            for k in 0..8 {
+                d0_bits[CHAIN_LANES[k]] = (xb.add(k * Q2_BYTES) as *const u16).read_unaligned();
+            }
+            _mm512_cvtph_ps(_mm256_loadu_si256(d0_bits.as_ptr() as *const __m256i))
+        };
         // Swapping 128-bit lanes (0 ↔ 1, 2 ↔ 3) puts each block's second half under its first.
         let swap = |v: __m512| _mm512_shuffle_f32x4::<0xb1>(v, v);
         if FMA {
@@ -257,7 +289,30 @@ unsafe fn q2_batch_chain<const FMA: bool>(mut sumf: f32, terms: (__m512, __m512)
     sumf
 }
 
-/// `ggml_vec_dot_q2_0_q8_0` with the haswell (`FMA = true`) or x64 (`FMA = false`) float chain.
+/// `q2_batch_chain::<true>` with each block's `d0` read from its block through `F16_TO_F32_TABLE` (two scalar
+/// loads) instead of collected in a vector: no eight word stores read back as one vector (a store-forwarding
+/// stall) and no conversion on the vector ports.
+///
+/// # Safety
+/// Eight whole Q2_0 blocks at `xb`; the calling kernel enables the features.
+#[inline(always)]
+unsafe fn q2_batch_chain_table_d0(mut sumf: f32, sumi: __m512, xb: *const u8) -> f32 {
+    let mut b = [0f32; 16];
+    // SAFETY: a plain store of one register into a local array; block `k`'s scale (bytes 0..2) is inside the
+    // eight blocks the caller vouches for.
+    unsafe {
+        _mm512_storeu_ps(b.as_mut_ptr(), sumi);
+        for (k, lane) in CHAIN_LANES.into_iter().enumerate() {
+            let d0 =
+                F16_TO_F32_TABLE[(xb.add(k * Q2_BYTES) as *const u16).read_unaligned() as usize];
+            sumf = d0.mul_add(b[lane], sumf);
+        }
+    }
+    sumf
+}
+
+/// `ggml_vec_dot_q2_0_q8_0` with the haswell (`FMA = true`) or x64 (`FMA = false`) float chain; `SCALE_GATHER`
+/// collects the scales by a gather and table loads (`q2_batch_terms`), where gathers are fast.
 ///
 /// Software-pipelined: the integer and per-block float work of batch `k + 1` is issued before the sequential
 /// chain of batch `k`, so the chain (4 cycles per block) runs while the next batch's vector work executes
@@ -266,7 +321,10 @@ unsafe fn q2_batch_chain<const FMA: bool>(mut sumf: f32, terms: (__m512, __m512)
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= 2 * x.len()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool, const SCALE_GATHER: bool>(
+    x: &[BlockQ2_0],
+    y: &[BlockQ8_0],
+) -> f32 {
     debug_assert!(y.len() >= 2 * x.len());
     let batches = x.len() / 8;
     let xp = x.as_ptr() as *const u8;
@@ -276,10 +334,20 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0
     let sumf = pipelined(
         batches,
         |k| unsafe {
+            let xb = xp.add(8 * k * Q2_BYTES);
             prefetch_ahead(xp.wrapping_add(8 * k * Q2_BYTES), 8 * Q2_BYTES);
-            q2_batch_terms::<FMA>(xp.add(8 * k * Q2_BYTES), yp.add(16 * k * Q8_BYTES))
+            (
+                q2_batch_terms::<FMA, SCALE_GATHER>(xb, yp.add(16 * k * Q8_BYTES)),
+                xb,
+            )
         },
-        |sumf, terms| unsafe { q2_batch_chain::<FMA>(sumf, terms) },
+        |sumf, (terms, xb)| unsafe {
+            if SCALE_GATHER && FMA {
+                q2_batch_chain_table_d0(sumf, terms.1, xb)
+            } else {
+                q2_batch_chain::<FMA>(sumf, terms)
+            }
+        },
     );
     // Up to seven blocks left: the scalar chain continues with the same float order.
     let done = 8 * batches;
@@ -679,7 +747,12 @@ unsafe fn batch_block_scales<const BYTES: usize, const D0_AT: usize>(xb: *const 
 /// `0..4·batches`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-unsafe fn fork_block_batches<const FMA: bool, const BYTES: usize, const D0_AT: usize>(
+unsafe fn fork_block_batches<
+    const FMA: bool,
+    const BYTES: usize,
+    const D0_AT: usize,
+    const SCALE_GATHER: bool,
+>(
     batches: usize,
     xp: *const u8,
     yp: *const u8,
@@ -714,7 +787,11 @@ unsafe fn fork_block_batches<const FMA: bool, const BYTES: usize, const D0_AT: u
                 let (p, h) = (g % 4, g / 4);
                 (w[g], yb.add((4 * p + 2 * h) * Q8_BYTES + 2))
             });
-            let d1 = group_d1(yb, &QUARTER_MAJOR);
+            let d1 = if SCALE_GATHER {
+                group_d1_gathered(yb, &QUARTER_MAJOR)
+            } else {
+                group_d1(yb, &QUARTER_MAJOR)
+            };
             let d0 = batch_block_scales::<BYTES, D0_AT>(xp.add(4 * k * BYTES));
             if k + 1 < batches {
                 w_next = decode(k + 1);
@@ -1114,7 +1191,7 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
         // SAFETY: blocks 0..4·batches of x and 16·batches q8_0 blocks of y are inside the slices; each half's
         // 8 bit bytes are inside its block.
         let sumf = unsafe {
-            fork_block_batches::<false, Q1_BYTES, 0>(batches, xp, yp, |b, h| {
+            fork_block_batches::<false, Q1_BYTES, 0, false>(batches, xp, yp, |b, h| {
                 let bits = (xp.add(b * Q1_BYTES + 2 + 8 * h) as *const u64).read_unaligned();
                 _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(2))
             })
@@ -1779,21 +1856,28 @@ pub unsafe fn mul_mat_tq1_0_q8_k<const HASWELL: bool>(
 }
 
 /// `ggml_vec_dot_pq2_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: the Q2_0 code
-/// expansion on each 64-weight half, through `fork_block_batches`.
+/// expansion on each 64-weight half, through `fork_block_batches` (`SCALE_GATHER`: the q8_0 scales by a
+/// gather, `group_d1_gathered`).
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= 4 * x.len()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
+pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool, const SCALE_GATHER: bool>(
+    x: &[BlockPQ2_0],
+    y: &[BlockQ8_0],
+) -> f32 {
     debug_assert!(y.len() >= 4 * x.len());
     let batches = x.len() / 4;
     let xp = x.as_ptr() as *const u8;
     // SAFETY: blocks 0..4·batches of x and 16·batches q8_0 blocks of y are inside the slices; each half's 16
     // code bytes are inside its block.
     let sumf = unsafe {
-        fork_block_batches::<FMA, PQ2_BYTES, 0>(batches, xp, y.as_ptr() as *const u8, |b, h| {
-            q2_group_codes(xp.add(b * PQ2_BYTES + 2 + 16 * h))
-        })
+        fork_block_batches::<FMA, PQ2_BYTES, 0, SCALE_GATHER>(
+            batches,
+            xp,
+            y.as_ptr() as *const u8,
+            |b, h| q2_group_codes(xp.add(b * PQ2_BYTES + 2 + 16 * h)),
+        )
     };
     let done = 4 * batches;
     vec_dot_pq2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[4 * done..])
@@ -1908,18 +1992,21 @@ unsafe fn ptq1_half_trits(b: *const u8, h: usize) -> __m512i {
 }
 
 /// `ggml_vec_dot_ptq1_0_q8_0` (PrismML fork) with the FMA (`FMA = true`) or unfused chain: `ptq1_half_trits`
-/// on each 64-weight half, through `fork_block_batches`.
+/// on each 64-weight half, through `fork_block_batches` (`SCALE_GATHER` as for PQ2_0).
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.len() >= 4 * x.len()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-pub unsafe fn vec_dot_ptq1_0_q8_0<const FMA: bool>(x: &[BlockPTQ1_0], y: &[BlockQ8_0]) -> f32 {
+pub unsafe fn vec_dot_ptq1_0_q8_0<const FMA: bool, const SCALE_GATHER: bool>(
+    x: &[BlockPTQ1_0],
+    y: &[BlockQ8_0],
+) -> f32 {
     debug_assert!(y.len() >= 4 * x.len());
     let batches = x.len() / 4;
     let xp = x.as_ptr() as *const u8;
     // SAFETY: blocks 0..4·batches of x and 16·batches q8_0 blocks of y are inside the slices.
     let sumf = unsafe {
-        fork_block_batches::<FMA, PTQ1_BYTES, PTQ1_D0_AT>(
+        fork_block_batches::<FMA, PTQ1_BYTES, PTQ1_D0_AT, SCALE_GATHER>(
             batches,
             xp,
             y.as_ptr() as *const u8,
