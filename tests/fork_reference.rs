@@ -125,10 +125,11 @@ fn call(f: VecDotFn, n: usize, x: &[u8], y: &[u8]) -> f32 {
 fn check(format: Format, order: FloatOrder, fma: bool) {
     let reference = common::fork_c::build(fma);
     let reference = format.reference(&reference);
+    // Every form a CPU may pick (the q8_0 scales by gather or by permutes), not only this CPU's.
     let kernels: Vec<Kernels> = Isa::ALL
         .into_iter()
         .filter(|&i| i <= detected_isa())
-        .map(|i| Kernels::new(i, order))
+        .flat_map(|i| Kernels::every_variant(i, order))
         .collect();
     let bb = format.block_bytes();
     let mut rng = SmallRng::seed_from_u64(if fma { 11 } else { 12 });
