@@ -261,8 +261,8 @@ pub fn iq_gathers() -> bool {
 /// Whether the AVX-512 `vec_dot` kernels of Q2_0, PQ2_0 and PTQ1_0 collect each batch's sixteen q8_0 scales
 /// by one gather (`group_d1_gathered`; Q2_0's haswell order also reads each block's own scale through the f16
 /// table inside its chain) instead of by four two-source word permutes: where gathers are fast, as for
-/// `iq_gathers`. Those kernels run out of the two 512-bit vector ports, and each permute takes several
-/// micro-ops of them. On a Xeon with AVX-512 FP16 (2026-12-04, three alternating rounds, 4096×4096 and
+/// `iq_gathers`. Those kernels are bound by their micro-ops on the two 512-bit vector ports, and each permute
+/// takes several. On a Xeon with AVX-512 FP16 (2026-12-04, three alternating rounds, 4096×4096 and
 /// 12288×4096, one thread) Q2_0 went from 8.73–8.92× stock haswell to 10.14–11.14×, PQ2_0 from 9.07–9.70×
 /// to 10.30–10.82× and PTQ1_0 from 9.41–9.68× to 10.43–11.10× (`docs/q2_0.md`). Zen 4, which microcodes
 /// gathers, keeps the permutes. `GGML_LOWBIT_SCALE_GATHER=0|1` overrides. Decided once.

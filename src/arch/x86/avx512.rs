@@ -136,9 +136,8 @@ unsafe fn reduce_group_partials(v: [__m512i; 8]) -> __m512i {
 
 /// Where `group_d1` finds each lane's scale: per pair `j` of 64-byte loads, the lanes it fills (a word mask) and
 /// each lane's word index inside the pair. Built at compile time from a lane order (`order[l]`: the q8_0 block
-/// whose scale lane `l` holds). The index vectors first and 64-byte aligned, so no load of them splits a cache
-/// line.
-/// For `group_d1_gathered`, each lane's q8_0 block as a byte offset (`34·order[l]`).
+/// whose scale lane `l` holds), and for `group_d1_gathered` each lane's block as a byte offset (`34·order[l]`).
+/// The index vectors first and 64-byte aligned, so no load of them splits a cache line.
 #[repr(C, align(64))]
 struct D1Tables {
     idx: [[u16; 32]; 4],
