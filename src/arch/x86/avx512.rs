@@ -334,7 +334,7 @@ pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool, const SCALE_GATHER: bool>(
         batches,
         |k| unsafe {
             let xb = xp.add(8 * k * Q2_BYTES);
-            prefetch_ahead(xp.wrapping_add(8 * k * Q2_BYTES), 8 * Q2_BYTES);
+            prefetch_ahead(xb, 8 * Q2_BYTES);
             (
                 q2_batch_terms::<FMA, SCALE_GATHER>(xb, yp.add(16 * k * Q8_BYTES)),
                 xb,
