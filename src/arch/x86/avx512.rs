@@ -1653,14 +1653,7 @@ impl TqTileFormat for Tq1Tiles {
     #[inline(always)]
     unsafe fn weight_vectors(x: *const u8) -> [__m512i; 4] {
         // SAFETY: the caller's contract (48 qs and 4 qh bytes at `x`); the tables are statics.
-        unsafe {
-            // Written out, not `array::from_fn`: a closure does not inherit the caller's target features, so
-            // the intrinsics inside it would be calls.
-            let g = tq1_digit_groups(x);
-            let digits =
-                |k: usize| base3_digits_in_place(g[k], &TQ1_MULT_EVEN[k], &TQ1_MULT_ODD[k]);
-            [digits(0), digits(1), digits(2), digits(3)]
-        }
+        unsafe { tq1_digit_groups(x) }
     }
 }
 
@@ -1913,6 +1906,15 @@ const fn ptq1_half_mult<const ODD: bool>(h: usize) -> [u16; 32] {
 static PTQ1_PERM: [[u8; 64]; 2] = [ptq1_half_perm(0), ptq1_half_perm(1)];
 static PTQ1_MULT_EVEN: [[u16; 32]; 2] = [ptq1_half_mult::<false>(0), ptq1_half_mult::<false>(1)];
 static PTQ1_MULT_ODD: [[u16; 32]; 2] = [ptq1_half_mult::<true>(0), ptq1_half_mult::<true>(1)];
+/// Odd-byte multipliers `3ⁿ` moved to the high byte, as `base3_digits_odd_from` takes them.
+const fn in_high_byte(mut mult: [u16; 32]) -> [u16; 32] {
+    let mut w = 0;
+    while w < 32 {
+        mult[w] <<= 8;
+        w += 1;
+    }
+    mult
+}
 
 /// 64 base-3 digits (0..=2, one per byte) from packed bytes: `vpermb` puts packed byte `perm[p]` in byte `p`
 /// (`base3_digits_in_place` when the bytes already sit where their digits go), `vpmullw` leaves `v = b·3ⁿ mod 256` in each word's high byte (`mult_even` holds `3ⁿ << 8` for the even byte;
@@ -1955,6 +1957,34 @@ unsafe fn base3_digits_in_place(
             _mm512_set1_epi16(768),
         );
         // even | (odd & 0xff00): the odd digit is (v·3) >> 8 of the high byte's v, i.e. the high byte of v·3.
+        _mm512_ternarylogic_epi32::<0xf8>(even, odd, high)
+    }
+}
+
+/// `base3_digits_in_place` with each word's odd byte read from the low byte of `odd_low` (the same bytes loaded
+/// one byte further on) instead of isolated by a mask: `mult_odd_high` holds `3ⁿ << 8` for the odd byte, so
+/// its `vpmullw` leaves the same `v << 8` as `base3_digits_in_place`'s, one vector operation fewer.
+#[inline(always)]
+unsafe fn base3_digits_odd_from(
+    x: __m512i,
+    odd_low: __m512i,
+    mult_even: &[u16; 32],
+    mult_odd_high: &[u16; 32],
+) -> __m512i {
+    // SAFETY (whole body): loads of the caller's 64-byte tables; features are enabled by the calling kernel.
+    unsafe {
+        let high = _mm512_set1_epi16(0xff00u16 as i16);
+        let even = _mm512_mulhi_epu16(
+            _mm512_mullo_epi16(x, _mm512_loadu_si512(mult_even.as_ptr() as *const _)),
+            _mm512_set1_epi16(3),
+        );
+        let odd = _mm512_mulhi_epu16(
+            _mm512_mullo_epi16(
+                odd_low,
+                _mm512_loadu_si512(mult_odd_high.as_ptr() as *const _),
+            ),
+            _mm512_set1_epi16(768),
+        );
         _mm512_ternarylogic_epi32::<0xf8>(even, odd, high)
     }
 }
@@ -3317,6 +3347,11 @@ static TQ1_MULT_ODD: [[u16; 32]; 4] = [
     tq1_group_mult::<true>(2),
     tq1_group_mult::<true>(3),
 ];
+/// Groups 0 and 1's odd-byte multipliers for `base3_digits_odd_from` (`TQ1_MULT_ODD` shifted to the high byte).
+static TQ1_MULT_ODD_HIGH: [[u16; 32]; 2] = [
+    in_high_byte(tq1_group_mult::<true>(0)),
+    in_high_byte(tq1_group_mult::<true>(1)),
+];
 
 // The lanes `vec_dot_tq1_0_q8_k` builds from broadcasts are the bytes `TQ1_PERM` names.
 const _: () = {
@@ -3348,30 +3383,42 @@ const _: () = {
     }
 };
 
-/// The packed bytes each lane of TQ1_0's four digit groups reads (`TQ1_PERM`), from broadcast loads and one
-/// blend each, no shuffle: groups 0 and 1 read `qs[p % 32]` in lane `p`; group 2 `qs[0..32]` then `qs[32..48]`
-/// twice; group 3 `qs[32..48]` three times then `qh[0..4]` four times.
+/// TQ1_0's four groups of 64 digits (group `k` meets quants `64k..64k + 64`), from the packed bytes each lane
+/// reads (`TQ1_PERM`), built from broadcast loads and one blend each, no shuffle: groups 0 and 1 read
+/// `qs[p % 32]` in lane `p`; group 2 `qs[0..32]` then `qs[32..48]` twice; group 3 `qs[32..48]` three times then
+/// `qh[0..4]` four times. Groups 0 and 1 take their odd bytes from a second broadcast one byte further on
+/// (`base3_digits_odd_from`), which costs a load instead of a mask.
 ///
 /// # Safety
-/// A TQ1_0 block at `x` (48 qs bytes, then 4 qh); the calling kernel enables AVX-512 F.
+/// A TQ1_0 block at `x` (48 qs bytes, then 4 qh); the calling kernel enables AVX-512 F/BW.
 #[inline(always)]
 unsafe fn tq1_digit_groups(x: *const u8) -> [__m512i; 4] {
-    // SAFETY: reads inside the block; features from the caller.
+    // SAFETY: reads inside the block (the furthest, `x + 1..x + 33` and `x + 48..x + 52`); features from the
+    // caller.
     unsafe {
         let low = _mm512_broadcast_i64x4(_mm256_loadu_si256(x as *const __m256i));
+        let low_next = _mm512_broadcast_i64x4(_mm256_loadu_si256(x.add(1) as *const __m256i));
         let mid = _mm512_broadcast_i32x4(_mm_loadu_si128(x.add(32) as *const __m128i));
         let qh = _mm512_set1_epi32((x.add(48) as *const i32).read_unaligned());
         [
-            low,
-            low,
-            _mm512_mask_blend_epi64(0xf0, low, mid),
-            _mm512_mask_blend_epi32(0xf000, mid, qh),
+            base3_digits_odd_from(low, low_next, &TQ1_MULT_EVEN[0], &TQ1_MULT_ODD_HIGH[0]),
+            base3_digits_odd_from(low, low_next, &TQ1_MULT_EVEN[1], &TQ1_MULT_ODD_HIGH[1]),
+            base3_digits_in_place(
+                _mm512_mask_blend_epi64(0xf0, low, mid),
+                &TQ1_MULT_EVEN[2],
+                &TQ1_MULT_ODD[2],
+            ),
+            base3_digits_in_place(
+                _mm512_mask_blend_epi32(0xf000, mid, qh),
+                &TQ1_MULT_EVEN[3],
+                &TQ1_MULT_ODD[3],
+            ),
         ]
     }
 }
 
 /// `ggml_vec_dot_tq1_0_q8_K` with the haswell build's order (`HASWELL`) or the x64 build's: per 64 weights
-/// `base3_digits_in_place` on the packed bytes each lane reads (from broadcast loads and a blend) and one
+/// the digits of `tq1_digit_groups` and one
 /// `vpdpbusd` against the quants.
 ///
 /// Haswell: the digit sums per lane minus the pair sums of `bsums` (`vpmaddwd`), which is what stock's i16
@@ -3409,8 +3456,7 @@ pub unsafe fn vec_dot_tq1_0_q8_k<const HASWELL: bool>(x: &[BlockTQ1_0], y: &[Blo
             };
             let mut sq = _mm512_setzero_si512();
             let groups = tq1_digit_groups(xb as *const BlockTQ1_0 as *const u8);
-            for (k, &bytes) in groups.iter().enumerate() {
-                let digits = base3_digits_in_place(bytes, &TQ1_MULT_EVEN[k], &TQ1_MULT_ODD[k]);
+            for (k, &digits) in groups.iter().enumerate() {
                 let qv = _mm512_loadu_si512(q.add(64 * k) as *const _);
                 dq = _mm512_dpbusd_epi32(dq, digits, qv);
                 if !HASWELL {
