@@ -18,6 +18,9 @@
 //! - The q8_0 scales of the Q2_0, PQ2_0 and PTQ1_0 `vec_dot` kernels (AVX-512 only): by a gather where gathers
 //!   are fast, as for the IQ2 grids, by word permutes elsewhere (`q8_scale_gathers`);
 //!   `GGML_LOWBIT_SCALE_GATHER=0|1` overrides. Both give the same bits.
+//! - Q1_0 products with one activation column (decode; AVX-512, haswell order): by nibble tables, sixteen rows
+//!   a step gathered, where gathers are fast, by the tiles elsewhere (`q1_decode_lookups`);
+//!   `GGML_LOWBIT_Q1_LOOKUPS=0|1` overrides. Both give the same bits.
 //!
 //! An unknown value in any of these variables is a configuration error: the library says so on stderr and aborts
 //! rather than return bits from a build the user did not ask for.
@@ -271,6 +274,15 @@ pub fn q8_scale_gathers() -> bool {
     *GATHERS.get_or_init(|| env_flag("GGML_LOWBIT_SCALE_GATHER").unwrap_or_else(gathers_are_fast))
 }
 
+/// Whether the AVX-512 Q1_0 product with one activation column (decode) runs by nibble tables
+/// (`avx512.rs` `mul_mat_q1_0_lookups`: sixteen rows per step, one per lane, their sign bits by gathers and
+/// each lane's four bits picking its value with one `vpermps`) instead of the tiles: where gathers are fast, as
+/// for `iq_gathers`. `GGML_LOWBIT_Q1_LOOKUPS=0|1` overrides. Decided once.
+pub fn q1_decode_lookups() -> bool {
+    static LOOKUPS: OnceLock<bool> = OnceLock::new();
+    *LOOKUPS.get_or_init(|| env_flag("GGML_LOWBIT_Q1_LOOKUPS").unwrap_or_else(gathers_are_fast))
+}
+
 /// Intel CPUs other than the models whose GDS microcode slows every gather (`gathers_slowed_by_gds`).
 fn gathers_are_fast() -> bool {
     cpu_is_intel() && !gathers_slowed_by_gds(cpu_family(), cpu_model(), has_avx512_fp16())
@@ -313,6 +325,8 @@ pub struct KernelChoices {
     pub iq2_s_permutes: bool,
     /// The q8_0 scales of the Q2_0, PQ2_0 and PTQ1_0 `vec_dot` kernels by gathers (`q8_scale_gathers`).
     pub q8_scale_gather: bool,
+    /// Q1_0 decode by nibble tables (`q1_decode_lookups`).
+    pub q1_lookups: bool,
 }
 
 impl KernelChoices {
@@ -323,13 +337,14 @@ impl KernelChoices {
             q1_masked_loads: q1_tile_masked_loads(),
             iq2_s_permutes: iq2_s_permutes(),
             q8_scale_gather: q8_scale_gathers(),
+            q1_lookups: q1_decode_lookups(),
         }
     }
 
     /// The forms in words, for the log and the speed report.
     pub fn describe(&self) -> String {
         format!(
-            "IQ2_XS and IQ2_S grid entries by {}, Q1_0 tile quants by {}, q8_0 scales by {}",
+            "IQ2_XS and IQ2_S grid entries by {}, Q1_0 tile quants by {}, q8_0 scales by {}, Q1_0 decode by {}",
             match (self.iq_gather, self.iq2_s_permutes) {
                 (true, _) => "gathers",
                 (false, true) => "lookups (IQ2_S's by permutes)",
@@ -344,6 +359,11 @@ impl KernelChoices {
                 "gathers"
             } else {
                 "permutes"
+            },
+            if self.q1_lookups {
+                "nibble tables"
+            } else {
+                "tiles"
             }
         )
     }
@@ -519,7 +539,7 @@ impl Kernels {
     }
 
     /// Every table the library may pick at `isa` on some CPU: at AVX-512 one with the gathers (IQ2 grids, q8_0
-    /// scales) and the Q1_0 tiles' masked loads, one with every CPU-dependent choice off and one with only
+    /// scales, the Q1_0 decode's nibble tables) and the Q1_0 tiles' masked loads, one with every CPU-dependent choice off and one with only
     /// IQ2_S's permutes (which the gathers would bypass), so each form of each choice runs; elsewhere the one
     /// table. Tests and `bits` run all of them, since each must give stock's bits on every CPU.
     pub fn every_variant(isa: Isa, order: FloatOrder) -> Vec<Kernels> {
@@ -528,6 +548,7 @@ impl Kernels {
             q1_masked_loads,
             iq2_s_permutes,
             q8_scale_gather: gathers,
+            q1_lookups: gathers,
         };
         let all: &[KernelChoices] = if isa.min(detected_isa()) == Isa::Avx512 {
             &[
@@ -601,10 +622,16 @@ impl Kernels {
                         } else {
                             avx512::vec_dot_q1_0_q8_0::<false>
                         },
-                        mul_mat_q1_0_q8_0: match (haswell, choices.q1_masked_loads) {
-                            (true, true) => avx512::mul_mat_q1_0_q8_0::<true, true>,
-                            (true, false) => avx512::mul_mat_q1_0_q8_0::<true, false>,
-                            (false, _) => avx512::mul_mat_q1_0_q8_0::<false, false>,
+                        mul_mat_q1_0_q8_0: match (
+                            haswell,
+                            choices.q1_masked_loads,
+                            choices.q1_lookups,
+                        ) {
+                            (true, true, true) => avx512::mul_mat_q1_0_q8_0::<true, true, true>,
+                            (true, true, false) => avx512::mul_mat_q1_0_q8_0::<true, true, false>,
+                            (true, false, true) => avx512::mul_mat_q1_0_q8_0::<true, false, true>,
+                            (true, false, false) => avx512::mul_mat_q1_0_q8_0::<true, false, false>,
+                            (false, _, _) => avx512::mul_mat_q1_0_q8_0::<false, false, false>,
                         },
                         vec_dot_tq2_0_q8_k: if haswell {
                             avx512::vec_dot_tq2_0_q8_k::<true>

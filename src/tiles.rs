@@ -74,6 +74,11 @@ impl<'a, B> Rows<'a, B> {
         self.nb
     }
 
+    /// Blocks from one row's start to the next's.
+    pub(crate) fn stride(&self) -> usize {
+        self.stride
+    }
+
     pub fn row(&self, r: usize) -> &'a [B] {
         assert!(r < self.rows, "row {r} of {}", self.rows);
         &self.blocks[r * self.stride..r * self.stride + self.nb]

@@ -1431,6 +1431,208 @@ fn tile_lanes<const R: usize, const C: usize>(acc: [[__m256; C]; R]) -> [[[f32; 
     out
 }
 
+/// One Q1_0 block's share of an activation column for the decode lookups (`mul_mat_q1_0_lookups`): for quarter
+/// `k` and lane `L`, the sixteen values `d1 · s` that stock's lane sum `s = Σ (bit ? q : wn(q))` over quants
+/// `4L..4L + 4` of q8_0 block `4b + k` (`wn` the wrapping byte negation) takes for the sixteen patterns of the
+/// lane's four bits: entry `n` has element `4L + i`'s bit equal to bit `i` of `n`, which is how the four bits
+/// sit in the row (bits `4L..4L + 4` of the quarter's 32-bit word). `d1 · s` is exact in f32 (an 11-bit
+/// scale times an integer of at most 10 bits), so stock's `d1_0·s_0` is entry 0's value and each of its FMAs
+/// `fma(d1_k, s_k, acc)` is an addition of the entry: one rounding, the same.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub(crate) struct Q1NibbleTables {
+    t: [[[f32; 16]; 8]; 4],
+}
+
+/// For entry `n` of a nibble table, the lanes whose bit `i` is set (`n = 0..16`).
+const NIBBLE_BIT: [u16; 4] = [0xaaaa, 0xcccc, 0xf0f0, 0xff00];
+
+/// The nibble tables of one column's first `nb` Q1_0 blocks (`4·nb` q8_0 blocks of `y`) into `out`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F; `y.len() >= 4 * nb`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn q1_nibble_tables(y: &[BlockQ8_0], nb: usize, out: &mut Vec<Q1NibbleTables>) {
+    // Every entry is written below; the zeros only make a new vector's entries valid floats.
+    out.resize(
+        nb,
+        Q1NibbleTables {
+            t: [[[0.0; 16]; 8]; 4],
+        },
+    );
+    for (e, blocks) in out.iter_mut().zip(y[..4 * nb].chunks_exact(4)) {
+        // SAFETY: every entry is sixteen floats, 64-byte aligned (`Q1NibbleTables` is `align(64)` and each
+        // entry's offset a multiple of 64); features from the caller.
+        unsafe {
+            for (table, q8) in e.t.iter_mut().zip(blocks) {
+                let d1 = _mm512_set1_ps(F16_TO_F32_TABLE[q8.d.to_bits() as usize]);
+                for (entry, quad) in table.iter_mut().zip(q8.qs.chunks_exact(4)) {
+                    let mut sum = _mm512_setzero_si512();
+                    for (&bit, &q) in NIBBLE_BIT.iter().zip(quad) {
+                        let set = _mm512_set1_epi32(q as i32);
+                        let clear = _mm512_set1_epi32(q.wrapping_neg() as i32);
+                        sum = _mm512_add_epi32(sum, _mm512_mask_blend_epi32(bit, clear, set));
+                    }
+                    _mm512_store_ps(
+                        entry.as_mut_ptr(),
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d1),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// One Q1_0 block of up to sixteen rows (lanes under `mask`, row `j` at `block + offsets[j]`): dword `j` of
+/// word 0 is bytes 0..4 of row `j`'s block (its scale, then two bit bytes), of word `1 + k` bytes
+/// `2 + 4k..6 + 4k` (quarter `k`'s 32 bits).
+///
+/// # Safety
+/// The lanes under `mask` address whole blocks; the calling kernel enables AVX-512 F.
+#[inline(always)]
+unsafe fn q1_gather_block(block: *const u8, mask: __mmask16, offsets: __m512i) -> [__m512i; 5] {
+    // SAFETY: bytes 0..18 of each masked-in row's block (masked-off lanes are not read); features from the
+    // caller.
+    unsafe {
+        let mut words = [_mm512_setzero_si512(); 5];
+        for (i, w) in words.iter_mut().enumerate() {
+            let at = block.add(if i == 0 { 0 } else { 4 * i - 2 }) as *const i32;
+            *w = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, offsets, at);
+        }
+        words
+    }
+}
+
+/// Up to sixteen Q1_0 rows (`count`, the first at `first`, `row_bytes` apart) against a column's nibble tables,
+/// one row per lane: per block one gather of the rows' scales and one of each quarter's 32 sign bits, then for
+/// each lane `L` the four quarters' entries picked by `vpermps` (its index is the low four bits, so the bits
+/// shifted right by `4L`), summed in quarter order (stock's per-lane chain, `Q1NibbleTables`) and
+/// `acc_L = fma(d0, ·, acc_L)`; at the end `hsum_float_8` across the eight accumulators, which is vertical here.
+/// Rows past `count` are masked off and never read.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and F16C; `1 <= count <= 16`; rows `0..count` each hold `tables.len()` blocks;
+/// `15 · row_bytes <= i32::MAX`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn q1_lookup_rows16(
+    first: *const u8,
+    row_bytes: usize,
+    count: usize,
+    next: &[u8],
+    tables: &[Q1NibbleTables],
+) -> [f32; 16] {
+    // SAFETY (whole body): every gathered dword is bytes 0..4, 2..6, 6..10, 10..14 or 14..18 of block `b` of a
+    // row below `count` (the masked-off lanes are not read); the table loads are aligned (`align(64)`).
+    unsafe {
+        let mask = (u32::MAX >> (32 - count)) as __mmask16;
+        let offsets = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(row_bytes as i32),
+        );
+        let mut acc = [_mm512_setzero_ps(); 8];
+        // Software-pipelined: block `b + 1`'s gathers are issued before block `b`'s lookups, so their latency
+        // (the rows come from L2) is spent on the previous block's work.
+        let mut words = match tables.len() {
+            0 => [_mm512_setzero_si512(); 5],
+            _ => q1_gather_block(first, mask, offsets),
+        };
+        for (b, t) in tables.iter().enumerate() {
+            // The next group's rows (one run of bytes) into L2, five lines per block: sixteen rows of `nb`
+            // blocks are 4.5·nb lines, so the whole group arrives while this one runs. Without it the
+            // gathers, sixteen rows a step, leave the hardware prefetchers behind: the Bonsai-8B-shaped model
+            // decoded 25 % slower than with the tiles; into L1 instead of L2 it gained less.
+            for line in 5 * b..5 * b + 5 {
+                if let Some(byte) = next.get(64 * line) {
+                    _mm_prefetch::<_MM_HINT_T1>(byte as *const u8 as *const i8);
+                }
+            }
+            let current = words;
+            if b + 1 < tables.len() {
+                words = q1_gather_block(first.add((b + 1) * Q1_BYTES), mask, offsets);
+            }
+            let d0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(current[0]));
+            for (l, acc_l) in acc.iter_mut().enumerate() {
+                let shift = _mm512_set1_epi32(4 * l as i32);
+                let mut lane = _mm512_setzero_ps();
+                for k in 0..4 {
+                    let pick = _mm512_permutexvar_ps(
+                        _mm512_srlv_epi32(current[1 + k], shift),
+                        _mm512_load_ps(t.t[k][l].as_ptr()),
+                    );
+                    lane = if k == 0 {
+                        pick
+                    } else {
+                        _mm512_add_ps(lane, pick)
+                    };
+                }
+                *acc_l = _mm512_fmadd_ps(d0, lane, *acc_l);
+            }
+        }
+        let u = _mm512_add_ps(_mm512_add_ps(acc[0], acc[4]), _mm512_add_ps(acc[2], acc[6]));
+        let v = _mm512_add_ps(_mm512_add_ps(acc[1], acc[5]), _mm512_add_ps(acc[3], acc[7]));
+        std::mem::transmute::<__m512, [f32; 16]>(_mm512_add_ps(u, v))
+    }
+}
+
+/// Q1_0 decode (one activation column) in the haswell order by nibble tables: the column becomes
+/// `Q1NibbleTables` once (2 KiB per weight block), and each group of sixteen rows runs `q1_lookup_rows16`:
+/// per row and block about six vector operations (a shift, a `vpermps` and an add per lane and quarter, for
+/// sixteen rows at once) where the tiles take about ten. Stock's per-lane chain, the `acc` FMAs in block order
+/// and `hsum_float_8` are kept, so every element has the bits of the haswell `vec_dot`. `false` (nothing done)
+/// when the rows are too far apart for 32-bit gather offsets.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and F16C; `y.len() >= 4 * x.nb()`.
+#[inline(always)]
+unsafe fn mul_mat_q1_0_lookups(x: Rows<'_, BlockQ1_0>, y: &[BlockQ8_0], emit: Emit<'_>) -> bool {
+    // The tables of the last column this thread prepared, with that column's bytes: the hook runs a product in
+    // chunks of rows, each a call with the same column, and a compare costs far less than the tables.
+    thread_local! {
+        static TABLES: std::cell::RefCell<(Vec<u8>, Vec<Q1NibbleTables>)> =
+            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    }
+    let row_bytes = x.stride() * Q1_BYTES;
+    if row_bytes
+        .checked_mul(15)
+        .is_none_or(|b| b > i32::MAX as usize)
+    {
+        return false;
+    }
+    let y = &y[..4 * x.nb()];
+    // SAFETY: q8_0 blocks are plain bytes (`BlockQ8_0` is `repr(C)`, 34 bytes, alignment 1, no padding).
+    let column = unsafe { std::slice::from_raw_parts(y.as_ptr() as *const u8, size_of_val(y)) };
+    TABLES.with_borrow_mut(|(cached, tables)| {
+        // SAFETY: the caller's contract (features, `y` long enough); each group's rows `g..g + count` are rows
+        // of `x`, each holding `x.nb()` blocks, `row_bytes` apart.
+        unsafe {
+            if cached[..] != *column || tables.len() != x.nb() {
+                q1_nibble_tables(y, x.nb(), tables);
+                cached.clear();
+                cached.extend_from_slice(column);
+            }
+            for g in (0..x.rows()).step_by(16) {
+                let count = (x.rows() - g).min(16);
+                let first = x.row(g).as_ptr() as *const u8;
+                let next = match x.rows().saturating_sub(g + 16) {
+                    0 => &[][..],
+                    n => {
+                        let rows = x.slice(g + 16, g + 16 + n.min(16));
+                        let first = rows.row(0).as_ptr() as *const u8;
+                        let last = rows.row(rows.rows() - 1);
+                        let end = last.as_ptr_range().end as *const u8;
+                        std::slice::from_raw_parts(first, end.offset_from(first) as usize)
+                    }
+                };
+                let values = q1_lookup_rows16(first, row_bytes, count, next, tables);
+                for (i, &v) in values[..count].iter().enumerate() {
+                    emit(g + i, 0, v);
+                }
+            }
+        }
+    });
+    true
+}
+
 /// `W · Y` for Q1_0 weights against q8_0 columns, every element with the bits of `vec_dot_q1_0_q8_0::<HASWELL>`:
 /// the haswell order through the tile driver (`tiles::mul_mat_q1_0_tiles`) and `q1_tile_rows`; the x64 order
 /// (a scalar chain per block, for builds without FMA) one `vec_dot` per pair.
@@ -1438,13 +1640,20 @@ fn tile_lanes<const R: usize, const C: usize>(acc: [[__m256; C]; R]) -> [[[f32; 
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.nb() >= 4 * x.nb()`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-pub unsafe fn mul_mat_q1_0_q8_0<const HASWELL: bool, const MASKED_LOADS: bool>(
+pub unsafe fn mul_mat_q1_0_q8_0<
+    const HASWELL: bool,
+    const MASKED_LOADS: bool,
+    const LOOKUPS: bool,
+>(
     x: Rows<'_, BlockQ1_0>,
     y: Rows<'_, BlockQ8_0>,
     emit: Emit<'_>,
 ) {
     // SAFETY: the caller's contract covers the kernels' features.
     unsafe {
+        if HASWELL && LOOKUPS && y.rows() == 1 && mul_mat_q1_0_lookups(x, y.row(0), &mut *emit) {
+            return;
+        }
         if HASWELL {
             mul_mat_q1_0_tiles(
                 x,

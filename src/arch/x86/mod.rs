@@ -558,6 +558,63 @@ mod tests {
         assert!(n > 2_000);
     }
 
+    /// The Q1_0 decode by nibble tables keeps each thread's last column's tables and reuses them while the
+    /// column's bytes are the same: a column changed in place (the same buffer, one quant and one scale) and a
+    /// shorter product over the same buffer must both be prepared again. Every element against the model.
+    #[test]
+    fn q1_0_decode_tables_follow_the_column() {
+        use crate::dispatch::KernelChoices;
+        use crate::formats::q1_0::{vec_dot_q1_0_q8_0_model, BlockQ1_0};
+        use crate::tiles::Rows;
+        if detected_isa() < Isa::Avx512 {
+            eprintln!("this CPU has no AVX-512: the Q1_0 decode tables do not run here");
+            return;
+        }
+        let choices = KernelChoices {
+            q1_lookups: true,
+            ..KernelChoices::default()
+        };
+        let k = Kernels::with_choices(Isa::Avx512, FloatOrder::Haswell, choices);
+        let mut rng = SmallRng::seed_from_u64(77);
+        let (rows, nb) = (37, 8);
+        // Finite scales only: one NaN would make every element NaN, and NaNs compare equal here.
+        let scale = |rng: &mut SmallRng| GgmlHalf::from_bits(0x2000 + rng.gen_range(0..0x1c00));
+        let x: Vec<BlockQ1_0> = (0..rows * nb)
+            .map(|_| BlockQ1_0 {
+                d: scale(&mut rng),
+                qs: rng.gen(),
+            })
+            .collect();
+        let mut y: Vec<BlockQ8_0> = (0..4 * nb)
+            .map(|_| BlockQ8_0 {
+                d: scale(&mut rng),
+                qs: rng.gen(),
+            })
+            .collect();
+        let check = |y: &[BlockQ8_0], nb: usize, what: &str| {
+            let xr = Rows::new(&x, nb, nb, rows * 8 / nb).unwrap();
+            let xr = xr.slice(0, rows);
+            let yr = Rows::new(y, 4 * nb, 4 * nb, 1).unwrap();
+            let mut got = vec![f32::NAN; rows];
+            k.mul_mat_q1_0_q8_0(xr, yr, &mut |r, _, v| got[r] = v);
+            for (r, &v) in got.iter().enumerate() {
+                let want = vec_dot_q1_0_q8_0_model(FloatOrder::Haswell, xr.row(r), &y[..4 * nb]);
+                assert!(
+                    v.to_bits() == want.to_bits(),
+                    "{what}: row {r}: {v} vs {want}"
+                );
+            }
+        };
+        check(&y, nb, "first column");
+        check(&y, nb, "the same column again");
+        y[5].qs[3] = y[5].qs[3].wrapping_add(77);
+        check(&y, nb, "one quant changed in place");
+        y[30].d = scale(&mut rng);
+        y[30].qs[0] = -128;
+        check(&y, nb, "a scale changed in place");
+        check(&y[..16], 4, "a shorter product over the same buffer");
+    }
+
     /// The AVX-512 Q1_0 column preparation against the plain model (`tiles::q1_prepare_column`), entry for
     /// entry and bit for bit: columns of 0..=9 blocks (odd counts end in a half-empty pair) plus 0..3 spare
     /// q8_0 blocks, random quants with every byte value, blocks of all −128, special scales.
