@@ -286,7 +286,7 @@ impl Subject {
     pub fn name(&self) -> String {
         match self {
             Subject::Kernels(k) => format!(
-                "rlib/{}{}{}{}{}",
+                "rlib/{}{}{}{}{}{}",
                 k.isa.name(),
                 if k.choices.iq_gather { "+gather" } else { "" },
                 if k.choices.q8_scale_gather {
@@ -301,6 +301,11 @@ impl Subject {
                 },
                 if k.choices.q1_masked_loads {
                     "+masked"
+                } else {
+                    ""
+                },
+                if k.choices.q1_lookups {
+                    "+q1-tables"
                 } else {
                     ""
                 }
