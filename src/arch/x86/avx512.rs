@@ -1540,7 +1540,7 @@ unsafe fn q1_lookup_rows16(
             // The next group's rows (one run of bytes) into L2, five lines per block: sixteen rows of `nb`
             // blocks are 4.5·nb lines, so the whole group arrives while this one runs. Without it the
             // gathers, sixteen rows a step, leave the hardware prefetchers behind: the Bonsai-8B-shaped model
-            // decoded 25 % slower than with the tiles; into L1 instead of L2 it gained less.
+            // decoded about a quarter slower than with the tiles; into L1 instead of L2 it gained less.
             for line in 5 * b..5 * b + 5 {
                 if let Some(byte) = next.get(64 * line) {
                     _mm_prefetch::<_MM_HINT_T1>(byte as *const u8 as *const i8);
@@ -1603,7 +1603,8 @@ unsafe fn mul_mat_q1_0_lookups(x: Rows<'_, BlockQ1_0>, y: &[BlockQ8_0], emit: Em
     let column = unsafe { std::slice::from_raw_parts(y.as_ptr() as *const u8, size_of_val(y)) };
     TABLES.with_borrow_mut(|(cached, tables)| {
         // SAFETY: the caller's contract (features, `y` long enough); each group's rows `g..g + count` are rows
-        // of `x`, each holding `x.nb()` blocks, `row_bytes` apart.
+        // of `x`, each holding `x.nb()` blocks, `row_bytes` apart; `next` runs from the next group's first row
+        // to the end of its last, inside `x`'s blocks.
         unsafe {
             if cached[..] != *column || tables.len() != x.nb() {
                 q1_nibble_tables(y, x.nb(), tables);
@@ -1634,8 +1635,9 @@ unsafe fn mul_mat_q1_0_lookups(x: Rows<'_, BlockQ1_0>, y: &[BlockQ8_0], emit: Em
 }
 
 /// `W · Y` for Q1_0 weights against q8_0 columns, every element with the bits of `vec_dot_q1_0_q8_0::<HASWELL>`:
-/// the haswell order through the tile driver (`tiles::mul_mat_q1_0_tiles`) and `q1_tile_rows`; the x64 order
-/// (a scalar chain per block, for builds without FMA) one `vec_dot` per pair.
+/// the haswell order through the tile driver (`tiles::mul_mat_q1_0_tiles`) and `q1_tile_rows`, one column with
+/// `LOOKUPS` by the nibble tables (`mul_mat_q1_0_lookups`); the x64 order (a scalar chain per block, for builds
+/// without FMA) one `vec_dot` per pair.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL/VNNI/VBMI, AVX2, FMA and F16C; `y.nb() >= 4 * x.nb()`.
@@ -2115,7 +2117,8 @@ const fn ptq1_half_mult<const ODD: bool>(h: usize) -> [u16; 32] {
 static PTQ1_PERM: [[u8; 64]; 2] = [ptq1_half_perm(0), ptq1_half_perm(1)];
 static PTQ1_MULT_EVEN: [[u16; 32]; 2] = [ptq1_half_mult::<false>(0), ptq1_half_mult::<false>(1)];
 static PTQ1_MULT_ODD: [[u16; 32]; 2] = [ptq1_half_mult::<true>(0), ptq1_half_mult::<true>(1)];
-/// Odd-byte multipliers `3ⁿ` moved to the high byte, as `base3_digits_odd_from` takes them.
+/// Odd-byte multipliers `3ⁿ` moved to the high byte, for the bytes loaded one byte further on
+/// (`base3_digits_of_words`).
 const fn in_high_byte(mut mult: [u16; 32]) -> [u16; 32] {
     let mut w = 0;
     while w < 32 {
@@ -2151,34 +2154,23 @@ unsafe fn base3_digits_in_place(
     mult_even: &[u16; 32],
     mult_odd: &[u16; 32],
 ) -> __m512i {
-    // SAFETY (whole body): loads of the caller's 64-byte tables; features are enabled by the calling kernel.
+    // SAFETY: features are enabled by the calling kernel.
     unsafe {
-        let high = _mm512_set1_epi16(0xff00u16 as i16);
-        let even = _mm512_mulhi_epu16(
-            _mm512_mullo_epi16(x, _mm512_loadu_si512(mult_even.as_ptr() as *const _)),
-            _mm512_set1_epi16(3),
-        );
-        let odd = _mm512_mulhi_epu16(
-            _mm512_mullo_epi16(
-                _mm512_and_si512(x, high),
-                _mm512_loadu_si512(mult_odd.as_ptr() as *const _),
-            ),
-            _mm512_set1_epi16(768),
-        );
-        // even | (odd & 0xff00): the odd digit is (v·3) >> 8 of the high byte's v, i.e. the high byte of v·3.
-        _mm512_ternarylogic_epi32::<0xf8>(even, odd, high)
+        let odd_bytes = _mm512_and_si512(x, _mm512_set1_epi16(0xff00u16 as i16));
+        base3_digits_of_words(x, odd_bytes, mult_even, mult_odd)
     }
 }
 
-/// `base3_digits_in_place` with each word's odd byte read from the low byte of `odd_low` (the same bytes loaded
-/// one byte further on) instead of isolated by a mask: `mult_odd_high` holds `3ⁿ << 8` for the odd byte, so
-/// its `vpmullw` leaves the same `v << 8` as `base3_digits_in_place`'s, one vector operation fewer.
+/// The digits of each word's even byte (the low byte of `x`, times `mult_even = 3ⁿ << 8`) and odd byte
+/// (`odd_words · mult_odd` must leave `v = b·3ⁿ mod 256` in the high byte: the odd bytes alone times `3ⁿ`, as
+/// `base3_digits_in_place` gives them, or the bytes loaded one byte further on, whose low byte is the odd byte,
+/// times `3ⁿ << 8` (`in_high_byte`), which saves the mask).
 #[inline(always)]
-unsafe fn base3_digits_odd_from(
+unsafe fn base3_digits_of_words(
     x: __m512i,
-    odd_low: __m512i,
+    odd_words: __m512i,
     mult_even: &[u16; 32],
-    mult_odd_high: &[u16; 32],
+    mult_odd: &[u16; 32],
 ) -> __m512i {
     // SAFETY (whole body): loads of the caller's 64-byte tables; features are enabled by the calling kernel.
     unsafe {
@@ -2188,12 +2180,10 @@ unsafe fn base3_digits_odd_from(
             _mm512_set1_epi16(3),
         );
         let odd = _mm512_mulhi_epu16(
-            _mm512_mullo_epi16(
-                odd_low,
-                _mm512_loadu_si512(mult_odd_high.as_ptr() as *const _),
-            ),
+            _mm512_mullo_epi16(odd_words, _mm512_loadu_si512(mult_odd.as_ptr() as *const _)),
             _mm512_set1_epi16(768),
         );
+        // even | (odd & 0xff00): the odd digit is (v·3) >> 8 of the high byte's v, i.e. the high byte of v·3.
         _mm512_ternarylogic_epi32::<0xf8>(even, odd, high)
     }
 }
@@ -3556,7 +3546,7 @@ static TQ1_MULT_ODD: [[u16; 32]; 4] = [
     tq1_group_mult::<true>(2),
     tq1_group_mult::<true>(3),
 ];
-/// Groups 0 and 1's odd-byte multipliers for `base3_digits_odd_from` (`TQ1_MULT_ODD` shifted to the high byte).
+/// Groups 0 and 1's odd-byte multipliers for their shifted broadcast (`TQ1_MULT_ODD` in the high byte).
 static TQ1_MULT_ODD_HIGH: [[u16; 32]; 2] = [
     in_high_byte(tq1_group_mult::<true>(0)),
     in_high_byte(tq1_group_mult::<true>(1)),
@@ -3596,7 +3586,7 @@ const _: () = {
 /// reads (`TQ1_PERM`), built from broadcast loads and one blend each, no shuffle: groups 0 and 1 read
 /// `qs[p % 32]` in lane `p`; group 2 `qs[0..32]` then `qs[32..48]` twice; group 3 `qs[32..48]` three times then
 /// `qh[0..4]` four times. Groups 0 and 1 take their odd bytes from a second broadcast one byte further on
-/// (`base3_digits_odd_from`), which costs a load instead of a mask.
+/// (`base3_digits_of_words`), which costs a load instead of a mask.
 ///
 /// # Safety
 /// A TQ1_0 block at `x` (48 qs bytes, then 4 qh); the calling kernel enables AVX-512 F/BW.
@@ -3610,8 +3600,8 @@ unsafe fn tq1_digit_groups(x: *const u8) -> [__m512i; 4] {
         let mid = _mm512_broadcast_i32x4(_mm_loadu_si128(x.add(32) as *const __m128i));
         let qh = _mm512_set1_epi32((x.add(48) as *const i32).read_unaligned());
         [
-            base3_digits_odd_from(low, low_next, &TQ1_MULT_EVEN[0], &TQ1_MULT_ODD_HIGH[0]),
-            base3_digits_odd_from(low, low_next, &TQ1_MULT_EVEN[1], &TQ1_MULT_ODD_HIGH[1]),
+            base3_digits_of_words(low, low_next, &TQ1_MULT_EVEN[0], &TQ1_MULT_ODD_HIGH[0]),
+            base3_digits_of_words(low, low_next, &TQ1_MULT_EVEN[1], &TQ1_MULT_ODD_HIGH[1]),
             base3_digits_in_place(
                 _mm512_mask_blend_epi64(0xf0, low, mid),
                 &TQ1_MULT_EVEN[2],
