@@ -539,9 +539,9 @@ impl Kernels {
     }
 
     /// Every table the library may pick at `isa` on some CPU: at AVX-512 one with the gathers (IQ2 grids, q8_0
-    /// scales, the Q1_0 decode's nibble tables) and the Q1_0 tiles' masked loads, one with every CPU-dependent choice off and one with only
-    /// IQ2_S's permutes (which the gathers would bypass), so each form of each choice runs; elsewhere the one
-    /// table. Tests and `bits` run all of them, since each must give stock's bits on every CPU.
+    /// scales, the Q1_0 decode's nibble tables) and the Q1_0 tiles' masked loads, one with every CPU-dependent
+    /// choice off and one with only IQ2_S's permutes (which the gathers would bypass), so each form of each
+    /// choice runs; elsewhere the one table. Tests and `bits` run all of them, since each must give stock's bits on every CPU.
     pub fn every_variant(isa: Isa, order: FloatOrder) -> Vec<Kernels> {
         let choices = |gathers, q1_masked_loads, iq2_s_permutes| KernelChoices {
             iq_gather: gathers,

@@ -1614,15 +1614,12 @@ unsafe fn mul_mat_q1_0_lookups(x: Rows<'_, BlockQ1_0>, y: &[BlockQ8_0], emit: Em
             for g in (0..x.rows()).step_by(16) {
                 let count = (x.rows() - g).min(16);
                 let first = x.row(g).as_ptr() as *const u8;
-                let next = match x.rows().saturating_sub(g + 16) {
-                    0 => &[][..],
-                    n => {
-                        let rows = x.slice(g + 16, g + 16 + n.min(16));
-                        let first = rows.row(0).as_ptr() as *const u8;
-                        let last = rows.row(rows.rows() - 1);
-                        let end = last.as_ptr_range().end as *const u8;
-                        std::slice::from_raw_parts(first, end.offset_from(first) as usize)
-                    }
+                let next = if g + 16 < x.rows() {
+                    let start = x.row(g + 16).as_ptr() as *const u8;
+                    let end = x.row((g + 32).min(x.rows()) - 1).as_ptr_range().end as *const u8;
+                    std::slice::from_raw_parts(start, end.offset_from(start) as usize)
+                } else {
+                    &[]
                 };
                 let values = q1_lookup_rows16(first, row_bytes, count, next, tables);
                 for (i, &v) in values[..count].iter().enumerate() {
@@ -3617,8 +3614,7 @@ unsafe fn tq1_digit_groups(x: *const u8) -> [__m512i; 4] {
 }
 
 /// `ggml_vec_dot_tq1_0_q8_K` with the haswell build's order (`HASWELL`) or the x64 build's: per 64 weights
-/// the digits of `tq1_digit_groups` and one
-/// `vpdpbusd` against the quants.
+/// the digits of `tq1_digit_groups` and one `vpdpbusd` against the quants.
 ///
 /// Haswell: the digit sums per lane minus the pair sums of `bsums` (`vpmaddwd`), which is what stock's i16
 /// lanes give whenever none can wrap: a lane's three accumulators stay within ±1536, ±2560 together, so every
