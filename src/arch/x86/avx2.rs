@@ -11,6 +11,7 @@ use std::arch::x86_64::*;
 
 use super::{
     hsum_epi32, hsum_float_8_ps, iq_block_float_step, iq_row_result, pipelined, prefetch_ahead,
+    Base3Layout,
 };
 use crate::formats::iq::{self, IqBlock};
 use crate::formats::iq2_s::BlockIQ2S;
@@ -22,7 +23,7 @@ use crate::formats::iq_grids::{
     IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
 };
 use crate::formats::pq2_0::{pq2_0_block_chain, vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
-use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
+use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0};
 use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::{quantize_block_q8_0_ref_model, BlockQ8_0, QK8_0};
@@ -650,40 +651,26 @@ const fn ptq1_lane_from_high(k: usize, l: usize) -> bool {
     32 * k + 16 * l >= 80
 }
 
-/// PTQ1_0 quarter `k`'s per-word multipliers, as `avx512::ptq1_half_mult`: `3ⁿ << 8` for the even byte of each
-/// word (`ODD = false`), `3ⁿ` for the odd byte (`ODD = true`).
-const fn ptq1_quarter_mult<const ODD: bool>(k: usize) -> [u16; 16] {
-    let mut out = [0u16; 16];
-    let mut w = 0;
-    while w < 16 {
-        if ODD {
-            out[w] = POW3[element_source(32 * k + 2 * w + 1).1] as u16;
-        } else {
-            out[w] = (POW3[element_source(32 * k + 2 * w).1] as u16) << 8;
-        }
-        w += 1;
-    }
-    out
-}
-
 static PTQ1_SHUFFLE: [[u8; 32]; 4] = [
     ptq1_quarter_shuffle(0),
     ptq1_quarter_shuffle(1),
     ptq1_quarter_shuffle(2),
     ptq1_quarter_shuffle(3),
 ];
+/// PTQ1_0's per-word multipliers per 32-element quarter (`Base3Layout`).
 static PTQ1_MULT_EVEN: [[u16; 16]; 4] = [
-    ptq1_quarter_mult::<false>(0),
-    ptq1_quarter_mult::<false>(1),
-    ptq1_quarter_mult::<false>(2),
-    ptq1_quarter_mult::<false>(3),
+    PTQ1.word_mult::<16, false>(0),
+    PTQ1.word_mult::<16, false>(32),
+    PTQ1.word_mult::<16, false>(64),
+    PTQ1.word_mult::<16, false>(96),
 ];
 static PTQ1_MULT_ODD: [[u16; 16]; 4] = [
-    ptq1_quarter_mult::<true>(0),
-    ptq1_quarter_mult::<true>(1),
-    ptq1_quarter_mult::<true>(2),
-    ptq1_quarter_mult::<true>(3),
+    PTQ1.word_mult::<16, true>(0),
+    PTQ1.word_mult::<16, true>(32),
+    PTQ1.word_mult::<16, true>(64),
+    PTQ1.word_mult::<16, true>(96),
 ];
+const PTQ1: Base3Layout = Base3Layout::Ptq1_0;
 
 /// The 32 trits (0..=2, element order) of quarter `k` of the PTQ1_0 block at `b`, from its two 16-byte windows
 /// `low` (bytes 0..16) and `high` (bytes 12..28, so nothing past the block is read): an in-lane shuffle to each

@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 
 use super::{
     hsum_epi32, hsum_float_8_ps, iq_block_float_step, iq_row_result, pipelined, pipelined_one_site,
-    prefetch_ahead,
+    prefetch_ahead, Base3Layout,
 };
 use crate::formats::iq::{self, IqBlock};
 use crate::formats::iq2_s::BlockIQ2S;
@@ -35,7 +35,7 @@ use crate::formats::iq_grids::{
     IQ3S_CODES, IQ3S_LEVELS, IQ3XXS_CODES, IQ3XXS_LEVELS, KSIGNS_IQ2XS,
 };
 use crate::formats::pq2_0::{vec_dot_pq2_0_q8_0_from, BlockPQ2_0};
-use crate::formats::ptq1_0::{element_source, vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0, POW3};
+use crate::formats::ptq1_0::{vec_dot_ptq1_0_q8_0_from, BlockPTQ1_0};
 use crate::formats::q1_0::{self, BlockQ1_0};
 use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
 use crate::formats::q8_0::BlockQ8_0;
@@ -2084,37 +2084,18 @@ pub unsafe fn vec_dot_pq2_0_q8_0<const FMA: bool, const SCALE_GATHER: bool>(
     vec_dot_pq2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[4 * done..])
 }
 
-/// PTQ1_0's byte permutation for half `h`: byte `p` gets packed byte `element_source(64h + p)` (0..26).
-const fn ptq1_half_perm(h: usize) -> [u8; 64] {
-    let mut out = [0u8; 64];
-    let mut p = 0;
-    while p < 64 {
-        out[p] = element_source(64 * h + p).0 as u8;
-        p += 1;
-    }
-    out
-}
+/// PTQ1_0's digit tables per 64-element half (`Base3Layout`).
+static PTQ1_PERM: [[u8; 64]; 2] = [PTQ1.byte_perm(0), PTQ1.byte_perm(64)];
+static PTQ1_MULT_EVEN: [[u16; 32]; 2] = [
+    PTQ1.word_mult::<32, false>(0),
+    PTQ1.word_mult::<32, false>(64),
+];
+static PTQ1_MULT_ODD: [[u16; 32]; 2] = [
+    PTQ1.word_mult::<32, true>(0),
+    PTQ1.word_mult::<32, true>(64),
+];
+const PTQ1: Base3Layout = Base3Layout::Ptq1_0;
 
-/// PTQ1_0's per-word multipliers for half `h`: `ODD = false` gives `3ⁿ << 8` for the even byte of each word
-/// (`vpmullw` then leaves `(uint8)(q·3ⁿ)` in the high byte, whatever the odd byte holds); `ODD = true` gives
-/// `3ⁿ` for the odd byte, multiplied with the even byte cleared, which leaves the same in the high byte.
-const fn ptq1_half_mult<const ODD: bool>(h: usize) -> [u16; 32] {
-    let mut out = [0u16; 32];
-    let mut w = 0;
-    while w < 32 {
-        if ODD {
-            out[w] = POW3[element_source(64 * h + 2 * w + 1).1] as u16;
-        } else {
-            out[w] = (POW3[element_source(64 * h + 2 * w).1] as u16) << 8;
-        }
-        w += 1;
-    }
-    out
-}
-
-static PTQ1_PERM: [[u8; 64]; 2] = [ptq1_half_perm(0), ptq1_half_perm(1)];
-static PTQ1_MULT_EVEN: [[u16; 32]; 2] = [ptq1_half_mult::<false>(0), ptq1_half_mult::<false>(1)];
-static PTQ1_MULT_ODD: [[u16; 32]; 2] = [ptq1_half_mult::<true>(0), ptq1_half_mult::<true>(1)];
 /// Odd-byte multipliers `3ⁿ` moved to the high byte, for the bytes loaded one byte further on
 /// (`base3_digits_of_words`).
 const fn in_high_byte(mut mult: [u16; 32]) -> [u16; 32] {
@@ -3499,56 +3480,29 @@ pub unsafe fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
     }
 }
 
-/// TQ1_0's byte permutation for 64-weight group `k`: byte `p` gets packed byte `element_source(64k + p)` of
-/// `qs ++ qh`.
-const fn tq1_group_perm(k: usize) -> [u8; 64] {
-    let mut out = [0u8; 64];
-    let mut p = 0;
-    while p < 64 {
-        out[p] = tq1_0::element_source(64 * k + p).0 as u8;
-        p += 1;
-    }
-    out
-}
-
-/// TQ1_0's per-word multipliers for group `k`, as `ptq1_half_mult` for PTQ1_0.
-const fn tq1_group_mult<const ODD: bool>(k: usize) -> [u16; 32] {
-    let mut out = [0u16; 32];
-    let mut w = 0;
-    while w < 32 {
-        if ODD {
-            out[w] = tq1_0::POW3[tq1_0::element_source(64 * k + 2 * w + 1).1] as u16;
-        } else {
-            out[w] = (tq1_0::POW3[tq1_0::element_source(64 * k + 2 * w).1] as u16) << 8;
-        }
-        w += 1;
-    }
-    out
-}
-
+/// TQ1_0's digit tables per 64-weight group (`Base3Layout`, elements of `qs ++ qh`).
 static TQ1_PERM: [[u8; 64]; 4] = [
-    tq1_group_perm(0),
-    tq1_group_perm(1),
-    tq1_group_perm(2),
-    tq1_group_perm(3),
+    TQ1.byte_perm(0),
+    TQ1.byte_perm(64),
+    TQ1.byte_perm(128),
+    TQ1.byte_perm(192),
 ];
 static TQ1_MULT_EVEN: [[u16; 32]; 4] = [
-    tq1_group_mult::<false>(0),
-    tq1_group_mult::<false>(1),
-    tq1_group_mult::<false>(2),
-    tq1_group_mult::<false>(3),
+    TQ1.word_mult::<32, false>(0),
+    TQ1.word_mult::<32, false>(64),
+    TQ1.word_mult::<32, false>(128),
+    TQ1.word_mult::<32, false>(192),
 ];
 static TQ1_MULT_ODD: [[u16; 32]; 4] = [
-    tq1_group_mult::<true>(0),
-    tq1_group_mult::<true>(1),
-    tq1_group_mult::<true>(2),
-    tq1_group_mult::<true>(3),
+    TQ1.word_mult::<32, true>(0),
+    TQ1.word_mult::<32, true>(64),
+    TQ1.word_mult::<32, true>(128),
+    TQ1.word_mult::<32, true>(192),
 ];
+const TQ1: Base3Layout = Base3Layout::Tq1_0;
 /// Groups 0 and 1's odd-byte multipliers for their shifted broadcast (`TQ1_MULT_ODD` in the high byte).
-static TQ1_MULT_ODD_HIGH: [[u16; 32]; 2] = [
-    in_high_byte(tq1_group_mult::<true>(0)),
-    in_high_byte(tq1_group_mult::<true>(1)),
-];
+static TQ1_MULT_ODD_HIGH: [[u16; 32]; 2] =
+    [in_high_byte(TQ1_MULT_ODD[0]), in_high_byte(TQ1_MULT_ODD[1])];
 
 // The lanes `vec_dot_tq1_0_q8_k` builds from broadcasts are the bytes `TQ1_PERM` names.
 const _: () = {

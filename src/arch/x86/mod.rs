@@ -29,6 +29,50 @@ pub(crate) fn prefetch_ahead(p: *const u8, span: usize) {
     }
 }
 
+/// A base-3 packing whose digit tables the kernels build at compile time: TQ1_0's or PTQ1_0's
+/// `element_source`, (packed byte, digit position `n`) of each element.
+#[derive(Clone, Copy)]
+pub(crate) enum Base3Layout {
+    Tq1_0,
+    Ptq1_0,
+}
+
+impl Base3Layout {
+    const fn element_source(self, e: usize) -> (usize, usize) {
+        match self {
+            Base3Layout::Tq1_0 => crate::formats::tq1_0::element_source(e),
+            Base3Layout::Ptq1_0 => crate::formats::ptq1_0::element_source(e),
+        }
+    }
+
+    /// The byte permutation that puts element `first + p`'s packed byte in byte `p` (`vpermb`).
+    pub(crate) const fn byte_perm(self, first: usize) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        let mut p = 0;
+        while p < 64 {
+            out[p] = self.element_source(first + p).0 as u8;
+            p += 1;
+        }
+        out
+    }
+
+    /// The `vpmullw` multipliers of the `W` words holding elements `first..first + 2W`, two a word: `3ⁿ << 8`
+    /// for the even element (`ODD = false`: the product's high byte is then `(uint8)(q·3ⁿ)`, whatever the odd
+    /// byte holds), `3ⁿ` for the odd one (`ODD = true`: multiplied with the even byte cleared, which leaves the
+    /// same in the high byte).
+    pub(crate) const fn word_mult<const W: usize, const ODD: bool>(self, first: usize) -> [u16; W] {
+        let mut out = [0u16; W];
+        let mut w = 0;
+        while w < W {
+            let e = first + 2 * w + if ODD { 1 } else { 0 };
+            let pow = 3u16.pow(self.element_source(e).1 as u32);
+            out[w] = if ODD { pow } else { pow << 8 };
+            w += 1;
+        }
+        out
+    }
+}
+
 /// The software pipelining the SIMD Q2_0 and PQ2_0 kernels use: batch `k + 1`'s work that does not depend on the running
 /// sum (`terms`) is issued before batch `k`'s sequential float chain (`chain`), so the chain (4 cycles per block)
 /// overlaps the next batch's vector work instead of waiting behind it.
