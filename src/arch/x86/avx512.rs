@@ -3500,6 +3500,7 @@ static TQ1_MULT_ODD: [[u16; 32]; 4] = [
     TQ1.word_mult::<32, true>(192),
 ];
 const TQ1: Base3Layout = Base3Layout::Tq1_0;
+
 /// Groups 0 and 1's odd-byte multipliers for their shifted broadcast (`TQ1_MULT_ODD` in the high byte).
 static TQ1_MULT_ODD_HIGH: [[u16; 32]; 2] =
     [in_high_byte(TQ1_MULT_ODD[0]), in_high_byte(TQ1_MULT_ODD[1])];

@@ -29,8 +29,8 @@ pub(crate) fn prefetch_ahead(p: *const u8, span: usize) {
     }
 }
 
-/// A base-3 packing whose digit tables the kernels build at compile time: TQ1_0's or PTQ1_0's
-/// `element_source`, (packed byte, digit position `n`) of each element.
+/// A base-3 packing whose digit tables the kernels build at compile time, from the format's own
+/// `element_source` (packed byte, digit position `n` of each element) and `POW3`.
 #[derive(Clone, Copy)]
 pub(crate) enum Base3Layout {
     Tq1_0,
@@ -38,10 +38,18 @@ pub(crate) enum Base3Layout {
 }
 
 impl Base3Layout {
-    const fn element_source(self, e: usize) -> (usize, usize) {
+    /// Element `e`'s packed byte and its digit's multiplier `3ⁿ`.
+    const fn digit_source(self, e: usize) -> (usize, u8) {
+        use crate::formats::{ptq1_0, tq1_0};
         match self {
-            Base3Layout::Tq1_0 => crate::formats::tq1_0::element_source(e),
-            Base3Layout::Ptq1_0 => crate::formats::ptq1_0::element_source(e),
+            Base3Layout::Tq1_0 => {
+                let (byte, n) = tq1_0::element_source(e);
+                (byte, tq1_0::POW3[n])
+            }
+            Base3Layout::Ptq1_0 => {
+                let (byte, n) = ptq1_0::element_source(e);
+                (byte, ptq1_0::POW3[n])
+            }
         }
     }
 
@@ -50,7 +58,7 @@ impl Base3Layout {
         let mut out = [0u8; 64];
         let mut p = 0;
         while p < 64 {
-            out[p] = self.element_source(first + p).0 as u8;
+            out[p] = self.digit_source(first + p).0 as u8;
             p += 1;
         }
         out
@@ -65,7 +73,7 @@ impl Base3Layout {
         let mut w = 0;
         while w < W {
             let e = first + 2 * w + if ODD { 1 } else { 0 };
-            let pow = 3u16.pow(self.element_source(e).1 as u32);
+            let pow = self.digit_source(e).1 as u16;
             out[w] = if ODD { pow } else { pow << 8 };
             w += 1;
         }
