@@ -1,4 +1,4 @@
-//! Issue 5's yardstick for PQ2_0 and PTQ1_0: our kernels against the fork's generic C, compiled here with the
+//! The yardstick for PQ2_0 and PTQ1_0: our kernels against the fork's generic C, compiled here with the
 //! `cc` crate's compiler the way the fork is built on x86 (`-O3 -mavx2 -mfma -mf16c`, `bench/c/*_generic.c`), on
 //! the Bonsai 2 shapes, one thread, interleaved, medians. Also a cross-check: the compiled C and our FMA-order
 //! kernel must give the same bits on every row. `GGML_LOWBIT_ISA=avx2` measures the AVX2 kernels.

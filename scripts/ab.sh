@@ -1,11 +1,33 @@
 #!/usr/bin/env bash
 # The main job: builds the library and the A/B harness, builds the pinned stock llama.cpp on first use, then
 #   1. bits: 200,000 random and adversarial cases per symbol against both stock builds (exit 1 on any mismatch);
-#   2. speed: our symbols against stock haswell on the Bonsai-8B shapes, side by side, one thread and all;
-#      report in target/ab/speed.{md,json,svg}.
+#   2. speed: our symbols against stock haswell on the Bonsai-8B shapes, side by side, one thread and all.
+# Prints a short summary (per symbol: comparisons and mismatches, then rows and min/median ratio); the full tables
+# are in target/ab/bits.md and target/ab/speed.{md,json,svg}.
 # Extra arguments go to `speed` (e.g. --reps 11 --shapes 4096x4096).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release
-target/release/ggml-lowbit-ab bits
+mkdir -p target/ab
+set +e
+target/release/ggml-lowbit-ab bits > target/ab/bits.md
+bits_status=$?
+set -e
+echo "== bits (full table: target/ab/bits.md)"
+awk -F'|' 'NF >= 7 && $5 ~ /^ *[0-9]+ *$/ {
+             s = $3; gsub(/ /, "", s)
+             if (!(s in cases)) order[n++] = s
+             cases[s] += $5; bad[s] += $6
+           }
+           /^bits:/ { total = $0 }
+           END {
+             printf "%-40s %12s %11s\n", "symbol", "comparisons", "mismatches"
+             for (i = 0; i < n; i++) printf "%-40s %12d %11d\n", order[i], cases[order[i]], bad[order[i]]
+             print total
+           }' target/ab/bits.md
+if [ "$bits_status" -ne 0 ]; then
+  echo "ab.sh: bits found mismatches (exit $bits_status); see target/ab/bits.md" >&2
+  exit "$bits_status"
+fi
+echo "== speed"
 target/release/ggml-lowbit-ab speed "$@"

@@ -12,6 +12,9 @@ scripts/stock-llama.sh haswell
 scripts/stock-llama.sh x64
 scripts/stock-llama.sh haswell-dl
 
+echo "== the README's length and the product's wording"
+scripts/check-docs.sh
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -1159,7 +1159,7 @@ pub(crate) fn env_choice<T>(
     }
     match parse(&value) {
         Some(v) => Some(v),
-        None => crate::ffi::fatal(&format!("{name}={value:?} is not one of {allowed}")),
+        None => crate::process::fatal(&format!("{name}={value:?} is not one of {allowed}")),
     }
 }
 

@@ -278,7 +278,7 @@ fn hook() -> &'static Hook {
         };
         if c.log {
             match &off {
-                None => crate::ffi::log_line(&format!(
+                None => crate::process::log_line(&format!(
                     "mul_mat hook on (ggml {}): {} products through the tile kernels, {}",
                     version.as_deref().unwrap_or("?"),
                     [
@@ -303,7 +303,7 @@ fn hook() -> &'static Hook {
                         }
                     }
                 )),
-                Some(why) => crate::ffi::log_line(&format!(
+                Some(why) => crate::process::log_line(&format!(
                     "mul_mat hook off ({why}): vec_dot interposition only"
                 )),
             }

@@ -235,13 +235,13 @@ pub fn config() -> &'static Config {
             || next.vec_dot_pq2_0_q8_0.is_some()
             || next.vec_dot_ptq1_0_q8_0.is_some();
         let mut mode = match (disable, verify) {
-            (true, Some(_)) => crate::ffi::fatal("GGML_LOWBIT_DISABLE and GGML_LOWBIT_VERIFY exclude each other"),
+            (true, Some(_)) => crate::process::fatal("GGML_LOWBIT_DISABLE and GGML_LOWBIT_VERIFY exclude each other"),
             (true, None) => Mode::Disable,
             (false, Some(abort)) => Mode::Verify { abort },
             (false, None) => Mode::Serve,
         };
         if mode != Mode::Serve && !have_stock {
-            crate::ffi::fatal(
+            crate::process::fatal(
                 "GGML_LOWBIT_DISABLE/GGML_LOWBIT_VERIFY need the stock ggml symbols behind this library \
                  (preload it over a llama.cpp): none were found",
             );
@@ -251,7 +251,7 @@ pub fn config() -> &'static Config {
             None if have_stock && mode != Mode::Disable => match probe_order(&next) {
                 Probe::Order(o) => (o, PROBED),
                 Probe::Neither(why) => {
-                    crate::ffi::log_line(&format!(
+                    crate::process::log_line(&format!(
                         "the stock library reproduces neither modelled float order ({why}); every call is \
                          passed to stock"
                     ));
@@ -267,7 +267,7 @@ pub fn config() -> &'static Config {
             unsafe { libc::atexit(summary_at_exit) };
         }
         if log {
-            crate::ffi::log_line(&format!(
+            crate::process::log_line(&format!(
                 "float order {} ({how}), instruction set {}{}, mode {:?}, stock symbols {}",
                 order.name(),
                 kernels.isa.name(),
@@ -601,7 +601,7 @@ fn counts(config: &Config) -> bool {
 fn differs(symbol: &str, abort: bool, detail: impl FnOnce() -> String) {
     MISMATCHES.fetch_add(1, Relaxed);
     if abort {
-        crate::ffi::fatal(&format!(
+        crate::process::fatal(&format!(
             "GGML_LOWBIT_VERIFY=abort: {symbol} differs from stock: {}",
             detail()
         ));
@@ -1069,7 +1069,7 @@ fn decide_agreement<F>(
         let Some(why) = stock.filter(|_| c.probed).and_then(first_difference) else {
             return true;
         };
-        crate::ffi::log_line(&format!(
+        crate::process::log_line(&format!(
             "{symbol}: the stock library gives other bits than this library's {} {what} ({why}); its calls \
              are passed to stock",
             c.kernels.order.name()
@@ -1216,7 +1216,7 @@ unsafe fn vec_dot_configured<B: VecDotEntry>(
     nrc: c_int,
 ) {
     let a = VecDotArgs::new(n, s, bs, vx, bx, vy, by, nrc);
-    crate::ffi::guard(symbol.name, || {
+    crate::process::guard(symbol.name, || {
         let c = config();
         let kernel = B::vec_dot_entry(&c.kernels);
         let mode = symbol.mode(c);
@@ -1516,7 +1516,7 @@ fn block_stride(
         return nb;
     }
     if !bytes.is_multiple_of(block) || bytes / block < nb {
-        crate::ffi::fatal(&format!(
+        crate::process::fatal(&format!(
             "{symbol}: {what} = {bytes} is not a whole number of {block}-byte blocks holding a row of {nb}"
         ));
     }
@@ -1544,7 +1544,7 @@ unsafe fn mul_mat_rows<B: RawBlock, A: RawBlock>(
     }
     let (rows, cols) = (a.nrows as usize, a.ncols as usize);
     if cols > 1 && a.bs < rows {
-        crate::ffi::fatal(&format!(
+        crate::process::fatal(&format!(
             "{symbol}: bs = {} floats is shorter than a column of {rows}",
             a.bs
         ));

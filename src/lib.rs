@@ -16,6 +16,7 @@ pub mod hook;
 pub mod interpose;
 pub mod metal;
 pub mod model;
+pub mod process;
 pub mod stock;
 pub mod tiles;
 

@@ -95,7 +95,7 @@ pub const PRESETS: [Preset; 5] = [
         n_expert: 0,
         n_expert_used: 0,
     },
-    // Bonsai 2 shapes (issue 5): hidden 5120, FFN 17408, attention 6144 wide (24 heads of 256), as the 27B
+    // Bonsai 2 shapes: hidden 5120, FFN 17408, attention 6144 wide (24 heads of 256), as the 27B
     // PQ2_0 / PTQ1_0 models. Layer count, KV heads and vocabulary are this project's assumptions (a plain llama
     // stack of the same widths), not read from a released file.
     Preset {

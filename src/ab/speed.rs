@@ -449,3 +449,74 @@ pub fn time_quantize(
     let (mo, ms) = interleaved(reps, || once(ours, &mut ya), || once(stock, &mut yb));
     Ok(SpeedRow::new(symbol, format!("1x{cols}"), 1, reps, mo, ms))
 }
+
+/// One symbol's rows of a `speed` run in a line: how many rows, and the least and median ratio over them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SymbolSummary {
+    pub symbol: String,
+    pub rows: usize,
+    pub min_ratio: f64,
+    pub median_ratio: f64,
+}
+
+/// The per-symbol summary `speed` prints first, in the order each symbol first appears in `rows`.
+pub fn summarize(rows: &[SpeedRow]) -> Vec<SymbolSummary> {
+    let mut order: Vec<&str> = Vec::new();
+    for r in rows {
+        if !order.contains(&r.symbol.as_str()) {
+            order.push(&r.symbol);
+        }
+    }
+    order
+        .into_iter()
+        .map(|symbol| {
+            let mut ratios: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.symbol == symbol)
+                .map(|r| r.ratio)
+                .collect();
+            let min_ratio = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            SymbolSummary {
+                symbol: symbol.to_string(),
+                rows: ratios.len(),
+                min_ratio,
+                median_ratio: median(&mut ratios),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod summary_tests {
+    use super::*;
+
+    fn row(symbol: &str, ratio: f64) -> SpeedRow {
+        SpeedRow {
+            symbol: symbol.into(),
+            shape: "1x32".into(),
+            threads: 1,
+            reps: 1,
+            ours_median_ms: 1.0,
+            stock_median_ms: ratio,
+            ratio,
+            baseline: "stock".into(),
+        }
+    }
+
+    #[test]
+    fn summary_groups_by_symbol_in_first_seen_order() {
+        let rows = [
+            row("b", 3.0),
+            row("a", 2.0),
+            row("b", 1.0),
+            row("b", 5.0),
+            row("a", 4.0),
+        ];
+        let s = summarize(&rows);
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].symbol.as_str(), s[0].rows), ("b", 3));
+        assert_eq!((s[0].min_ratio, s[0].median_ratio), (1.0, 3.0));
+        assert_eq!((s[1].symbol.as_str(), s[1].rows), ("a", 2));
+        assert_eq!((s[1].min_ratio, s[1].median_ratio), (2.0, 3.0));
+    }
+}

@@ -1081,7 +1081,18 @@ fn cmd_speed(
         order.name()
     );
     let table = Table::new(lines).with(Style::markdown()).to_string();
-    println!("{header}{table}");
+    // The summary first (one line per symbol); the full table goes to speed.md.
+    println!("{header}");
+    println!(
+        "{:<40} {:>5} {:>10} {:>13}",
+        "symbol", "rows", "min ratio", "median ratio"
+    );
+    for s in speed::summarize(&rows) {
+        println!(
+            "{:<40} {:>5} {:>9.2}x {:>12.2}x",
+            s.symbol, s.rows, s.min_ratio, s.median_ratio
+        );
+    }
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     std::fs::write(out.join("speed.md"), format!("{header}{table}\n"))
         .map_err(|e| e.to_string())?;
@@ -1093,13 +1104,22 @@ fn cmd_speed(
     )
     .map_err(|e| e.to_string())?;
     write_chart(&rows, &out.join("speed.svg"))?;
-    println!("wrote {}/speed.{{md,json,svg}}", out.display());
+    println!(
+        "full table: {}/speed.md (also speed.json, chart speed.svg)",
+        out.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 
 /// A bar per row: stock / ours, labelled with the row and the ratio, and the 1× line.
 fn write_chart(rows: &[SpeedRow], path: &Path) -> Result<()> {
     use plotters::prelude::*;
+    // Grouped by format: a symbol's rows next to each other, in the order the symbols were run.
+    let mut grouped: Vec<&SpeedRow> = Vec::with_capacity(rows.len());
+    for s in speed::summarize(rows) {
+        grouped.extend(rows.iter().filter(|r| r.symbol == s.symbol));
+    }
+    let rows = grouped;
     let e = |x: &dyn std::fmt::Display| x.to_string();
     let n = rows.len() as f64;
     let root = SVGBackend::new(path, (960, 100 + 34 * rows.len() as u32)).into_drawing_area();
@@ -1155,6 +1175,13 @@ fn write_chart(rows: &[SpeedRow], path: &Path) -> Result<()> {
         .draw_series(std::iter::once(PathElement::new(
             [(1.0, 0.0), (1.0, n)],
             BLACK,
+        )))
+        .map_err(|x| e(&x))?;
+    chart
+        .draw_series(std::iter::once(Text::new(
+            "1x = stock",
+            (1.0 + max * 0.005, n - 0.05),
+            ("sans-serif", 12).into_font(),
         )))
         .map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))?;

@@ -1099,7 +1099,7 @@ unsafe fn scale_halves(lo: u16, hi: u16) -> __m512 {
 ///
 /// The sign bits come in four 8-byte loads (two quarters of one block each), not eight 4-byte ones: on Zen 5
 /// this loop is bound by its loads (about three a cycle, a vector load across a cache line counting twice), and
-/// the extra shifts and masks cost nothing there (PERFORMANCE.md, seventh session).
+/// the extra shifts and masks cost nothing there (measured: PERFORMANCE.md).
 struct Q1PairLanes {
     sums: [__m512; 4],
     scales: [__m512; 4],
