@@ -275,7 +275,7 @@ pub fn q8_scale_gathers() -> bool {
 }
 
 /// Whether the AVX-512 Q1_0 product with one activation column (decode) runs by nibble tables
-/// (`avx512.rs` `mul_mat_q1_0_lookups`: sixteen rows per step, one per lane, their sign bits by gathers and
+/// (`avx512/q1_0.rs` `mul_mat_q1_0_lookups`: sixteen rows per step, one per lane, their sign bits by gathers and
 /// each lane's four bits picking its value with one `vpermps`) instead of the tiles: where gathers are fast, as
 /// for `iq_gathers`. `GGML_LOWBIT_Q1_LOOKUPS=0|1` overrides. Decided once.
 pub fn q1_decode_lookups() -> bool {

@@ -3,7 +3,7 @@
 //!
 //! Through ggml's `vec_dot` ABI each call sees one (row, column) pair, so the activation is re-read and
 //! re-arranged for every row and each call waits on its own sequential float chain. A tile kernel instead
-//! prepares each activation column once (`avx512.rs`: the q8_0 quants laid out to match the packed weight
+//! prepares each activation column once (`avx512/q2_0.rs`: the q8_0 quants laid out to match the packed weight
 //! codes, the q8 scales as floats, the per-block quant sums) and runs several rows against it with their float
 //! chains interleaved. Each element still keeps its own chain, in block order from `0`, so the bits are those of
 //! `vec_dot` (`formats.md` §5); tests compare every element with `to_bits()`.
@@ -132,8 +132,8 @@ pub fn mul_mat_by_pairs<W, A>(
 ///   of field `k` of the packed code bytes (`(byte >> 2k) & 3`, in place) against `q[h][k]` sums the right
 ///   products without expanding the codes to one byte per weight;
 /// - `qsum`: `Σ q` of each q8_0 block (the `−1` of `c − 1`, subtracted once per half), and `d1`: its scale as a
-///   float, both in the lane order the instruction set's kernel produces its sums in (`avx512.rs`: lane
-///   `8h + b` for q8_0 block `2b + h`; `avx2.rs`: see there).
+///   float, both in the lane order the instruction set's kernel produces its sums in (`avx512/q2_0.rs`: lane
+///   `8h + b` for q8_0 block `2b + h`; `avx2/q2_0.rs`: see there).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 pub struct Q2ColumnBatch {
@@ -311,7 +311,7 @@ pub struct Q1ColumnPair {
 }
 
 /// Prepares one q8_0 column (`y.len() / 4` whole Q1_0 blocks' worth, in pairs) into `out`: the plain model of
-/// the layout, which the instruction set's own preparation (`LanePrepareColumn`, e.g. `avx512.rs`
+/// the layout, which the instruction set's own preparation (`LanePrepareColumn`, e.g. `avx512/q2_0.rs`
 /// `q1_prepare_column`) must equal entry for entry (tier-1 tests).
 #[cfg(test)]
 pub(crate) fn q1_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q1ColumnPair>) {
@@ -438,7 +438,7 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
     });
 }
 
-/// One q8_K block of an activation column prepared for the ternary tile kernels (`avx512.rs`,
+/// One q8_K block of an activation column prepared for the ternary tile kernels (`avx512/mod.rs`,
 /// `tq_tile_rows4`), TQ2_0 and TQ1_0:
 /// - `q[k]`: the 64 quants that meet the weights' `k`-th 64-byte vector of codes or digits, one aligned load.
 ///   TQ1_0's digit group `k` meets quants `64k..64k + 64` (`TqQuants::InOrder`); TQ2_0's 64 code bytes taken as
@@ -578,7 +578,7 @@ fn stream_starts(q: usize, row_bytes: usize) -> [usize; TILE_ROWS] {
 }
 
 /// One batch (four PQ2_0 or PTQ1_0 blocks, sixteen q8_0 blocks) of an activation column prepared for the fork
-/// formats' tile kernel (`avx512.rs`, `fork_tile_rows`), in the layout the vec_dot driver reads the column in:
+/// formats' tile kernel (`avx512/fork.rs`, `fork_tile_rows`), in the layout the vec_dot driver reads the column in:
 /// - `q[g]`: group `g = 4h + p` (half `h` of block `p`) meets q8_0 blocks `4p + 2h` and `4p + 2h + 1`: their 64
 ///   quants back to back, so a row loads each group's quants with one aligned load;
 /// - `qsum`: `Σ q` of q8_0 block `4p + k` in lane `4k + p` (the `−1` of a weight byte `w − 1`, subtracted once

@@ -1,4 +1,4 @@
-//! x86-64 kernels: `avx2.rs` and `avx512.rs` define the same function names.
+//! x86-64 kernels: `avx2/` and `avx512/` define the same function names, one file per format in each.
 pub mod avx2;
 pub mod avx512;
 #[cfg(test)]

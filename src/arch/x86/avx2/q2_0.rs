@@ -1,0 +1,401 @@
+//! Q2_0 · q8_0: per block half, codes are expanded with one cross-lane dword permute, a per-dword variable shift
+//! and a mask, which leaves them in a "shift-major" order inside each 128-bit lane (byte `4r + b` holds the code
+//! of weight `4b + r`); the q8 bytes get the matching in-lane byte shuffle. `maddubs(c, q) − maddubs(1, q)` then
+//! gives `Σ(c − 1)·q` in pairs. A whole half-block sum is bounded by 32·2·128 = 8192, so the reduction of four
+//! blocks (eight halves) stays in i16 with a `phaddw` tree. The float chain follows the stock build exactly:
+//! per-block `sumi` in SIMD lanes, then `sumf` sequentially in block order. The tile kernel shares each row's
+//! expansion between prepared columns.
+
+use super::*;
+
+/// `Σ(c − 1)·q` of one 32-weight half as 16 i16 pair sums. `codes` points at the block's 16 code bytes
+/// (`idx` picks dwords 0,1 or 2,3 of them), `q` at the 32 q8 bytes.
+#[inline(always)]
+pub(super) unsafe fn q2_half_pairs(codes: __m256i, idx: __m256i, q: *const u8) -> __m256i {
+    // SAFETY (whole body): the caller guarantees 32 readable bytes at `q`; the intrinsics need AVX2, which the
+    // enclosing target_feature functions enable.
+    unsafe {
+        let shifts = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+        let shift_major = _mm256_setr_epi8(
+            0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
+            10, 14, 3, 7, 11, 15,
+        );
+        let c = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_permutevar8x32_epi32(codes, idx), shifts),
+            _mm256_set1_epi8(3),
+        );
+        let qv = _mm256_loadu_si256(q as *const __m256i);
+        let cq = _mm256_maddubs_epi16(c, _mm256_shuffle_epi8(qv, shift_major));
+        _mm256_sub_epi16(cq, _mm256_maddubs_epi16(_mm256_set1_epi8(1), qv))
+    }
+}
+
+/// Both halves of a 64-weight Q2_0 code group (16 code bytes at `codes`) as `q2_half_pairs`.
+#[inline(always)]
+pub(super) unsafe fn q2_group_pairs(
+    codes: *const u8,
+    q0: *const u8,
+    q1: *const u8,
+) -> [__m256i; 2] {
+    // SAFETY (whole body): the caller guarantees 16 bytes at `codes` and 32 at `q0` and `q1`; AVX2 is enabled
+    // by the calling kernel.
+    unsafe {
+        let c = _mm256_castsi128_si256(_mm_loadu_si128(codes as *const __m128i));
+        [
+            q2_half_pairs(c, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), q0),
+            q2_half_pairs(c, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3), q1),
+        ]
+    }
+}
+
+/// Per-batch float terms of four Q2_0 blocks: for the FMA chain `(d0, sumi)`, for the unfused chain
+/// `(d0·sumi, _)`, lane `k` belonging to block `k`. Nothing here depends on the running `sumf`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q2_batch_terms<const FMA: bool>(
+    xb: *const u8,
+    yb: *const u8,
+) -> (__m128, __m128) {
+    // SAFETY (whole body): the caller guarantees 4 whole Q2_0 blocks at `xb` and 8 q8_0 blocks at `yb`;
+    // features are enabled by this function.
+    unsafe {
+        let s = group_sums(
+            |g, q0, q1| q2_group_pairs(xb.add(g * Q2_BYTES + 2), q0, q1),
+            yb,
+        );
+        let d1 = group_d1(yb);
+        let mut d0_bits = [0u16; 8];
+        for (k, d) in d0_bits.iter_mut().take(4).enumerate() {
+            *d = (xb.add(k * Q2_BYTES) as *const u16).read_unaligned();
+        }
+        let d0 = _mm_cvtph_ps(_mm_loadu_si128(d0_bits.as_ptr() as *const __m128i));
+        let (s_lo, s_hi) = (_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
+        let (d1_lo, d1_hi) = (_mm256_castps256_ps128(d1), _mm256_extractf128_ps::<1>(d1));
+        if FMA {
+            (
+                d0,
+                _mm_fmadd_ps(d1_hi, s_hi, _mm_fmadd_ps(d1_lo, s_lo, _mm_setzero_ps())),
+            )
+        } else {
+            let sumi = _mm_add_ps(
+                _mm_add_ps(_mm_setzero_ps(), _mm_mul_ps(d1_lo, s_lo)),
+                _mm_mul_ps(d1_hi, s_hi),
+            );
+            (_mm_mul_ps(d0, sumi), d0)
+        }
+    }
+}
+
+/// The sequential part: four steps of `sumf = fma(d0, sumi, sumf)` (or `sumf += d0·sumi`), in block order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q2_batch_chain<const FMA: bool>(
+    mut sumf: f32,
+    terms: (__m128, __m128),
+) -> f32 {
+    let mut a = [0f32; 4];
+    let mut b = [0f32; 4];
+    // SAFETY: plain stores of two registers into local arrays.
+    unsafe {
+        _mm_storeu_ps(a.as_mut_ptr(), terms.0);
+        _mm_storeu_ps(b.as_mut_ptr(), terms.1);
+    }
+    for k in 0..4 {
+        sumf = if FMA {
+            a[k].mul_add(b[k], sumf)
+        } else {
+            sumf + a[k]
+        };
+    }
+    sumf
+}
+
+/// `ggml_vec_dot_q2_0_q8_0` with the haswell (`FMA = true`) or x64 (`FMA = false`) float chain.
+///
+/// Software-pipelined: the work of batch `k + 1` is issued before the sequential chain of batch `k`, so the
+/// chain runs while the next batch's vector work executes instead of behind it.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.len() >= 2 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_q2_0_q8_0<const FMA: bool>(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+    debug_assert!(y.len() >= 2 * x.len());
+    let batches = x.len() / 4;
+    let xp = x.as_ptr() as *const u8;
+    let yp = y.as_ptr() as *const u8;
+    // SAFETY (both closures): batch k < batches covers blocks 4k..4k+4 of x and 8k..8k+8 of y, inside the
+    // slices; this function's target features cover the helpers'.
+    let sumf = pipelined(
+        batches,
+        |k| unsafe { q2_batch_terms::<FMA>(xp.add(4 * k * Q2_BYTES), yp.add(8 * k * Q8_BYTES)) },
+        |sumf, terms| unsafe { q2_batch_chain::<FMA>(sumf, terms) },
+    );
+    // Up to three blocks left: the scalar chain continues with the same float order.
+    let done = 4 * batches;
+    vec_dot_q2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[2 * done..])
+}
+
+/// Lane order of the AVX2 tile kernel's per-batch vectors (`q2_tile_terms`): lane `l` holds block
+/// `AVX2_TILE_BLOCKS[l]` (what two `vphaddd` and one `vshufps` leave, kept instead of permuted back).
+pub(super) const AVX2_TILE_BLOCKS: [usize; 8] = [0, 2, 4, 6, 1, 3, 5, 7];
+
+/// `vpshufb` index grouping one 16-quant lane by field: bytes `4k..4k+4` take the quants of weights `4i + k`.
+pub(super) const FIELD_GROUPS: [u8; 32] = {
+    let mut t = [0u8; 32];
+    let mut j = 0;
+    while j < 32 {
+        t[j] = (16 * (j / 16) + 4 * (j % 4) + (j % 16) / 4) as u8;
+        j += 1;
+    }
+    t
+};
+
+/// Prepares the full batches of one q8_0 column (`y.len() / 16` of them) into `out`, in the layout of
+/// `tiles::Q2ColumnBatch` (the quants exactly as the AVX-512 preparation lays them out; `qsum` and `d1` in
+/// `AVX2_TILE_BLOCKS` order: lane `8h + l` for q8_0 block `2·AVX2_TILE_BLOCKS[l] + h`).
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn q2_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q2ColumnBatch>) {
+    out.clear();
+    let yp = y.as_ptr() as *const u8;
+    // SAFETY: batch k < y.len() / 16 reads q8_0 blocks 16k..16k+16 of `y`; stores go to the local batch.
+    unsafe {
+        let groups = _mm256_loadu_si256(FIELD_GROUPS.as_ptr() as *const __m256i);
+        let interleave = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for k in 0..y.len() / 16 {
+            let yb = yp.add(16 * k * Q8_BYTES);
+            let mut batch = Q2ColumnBatch::ZERO;
+            for b in 0..8 {
+                // Block b's 64 quants: lanes L0..L3 of 16; each lane grouped by field, then a 4 × 4 transpose
+                // of dwords gathers field f's four dwords [L0, L1, L2, L3].
+                let q = yb.add(2 * b * Q8_BYTES + 2);
+                let a = _mm256_shuffle_epi8(_mm256_loadu_si256(q as *const __m256i), groups);
+                let c = _mm256_shuffle_epi8(
+                    _mm256_loadu_si256(q.add(Q8_BYTES) as *const __m256i),
+                    groups,
+                );
+                let f01 = _mm256_permutevar8x32_epi32(_mm256_unpacklo_epi32(a, c), interleave);
+                let f23 = _mm256_permutevar8x32_epi32(_mm256_unpackhi_epi32(a, c), interleave);
+                let (h, g) = (b / 4, b % 4);
+                let fields = [
+                    _mm256_castsi256_si128(f01),
+                    _mm256_extracti128_si256::<1>(f01),
+                    _mm256_castsi256_si128(f23),
+                    _mm256_extracti128_si256::<1>(f23),
+                ];
+                for (f, v) in fields.into_iter().enumerate() {
+                    _mm_storeu_si128(batch.q[h][f].as_mut_ptr().add(16 * g) as *mut __m128i, v);
+                }
+            }
+            let mut d1_bits = [0u16; 16];
+            for (l, &b) in AVX2_TILE_BLOCKS.iter().enumerate() {
+                for h in 0..2 {
+                    let block = &y[16 * k + 2 * b + h];
+                    batch.qsum[8 * h + l] = block.qs.iter().map(|&v| v as i32).sum();
+                    d1_bits[8 * h + l] = block.d.to_bits();
+                }
+            }
+            for h in 0..2 {
+                let words = _mm_loadu_si128(d1_bits.as_ptr().add(8 * h) as *const __m128i);
+                _mm256_storeu_ps(batch.d1.as_mut_ptr().add(8 * h), _mm256_cvtph_ps(words));
+            }
+            out.push(batch);
+        }
+    }
+}
+
+/// Eight dword partials of `Σ c·q` for the two blocks whose code bytes are in `codes` (one per 128-bit lane):
+/// field `k` of every code byte (shifted down and masked: AVX2 has no GFNI) times the quants prepared for it
+/// with `vpmaddubsw` (at most 2·3·128 per i16 pair, 4 fields fit in i16), summed, then widened in pairs.
+#[inline(always)]
+pub(super) unsafe fn q2_tile_pair(codes: __m256i, q: &[[u8; 64]; 4], half: usize) -> __m256i {
+    // SAFETY (whole body): 32-byte loads inside the prepared arrays; features come from the caller.
+    unsafe {
+        let three = _mm256_set1_epi8(3);
+        let load = |k: usize| _mm256_loadu_si256(q[k].as_ptr().add(32 * half) as *const __m256i);
+        let field = |k: i32| match k {
+            0 => _mm256_and_si256(codes, three),
+            1 => _mm256_and_si256(_mm256_srli_epi16::<2>(codes), three),
+            2 => _mm256_and_si256(_mm256_srli_epi16::<4>(codes), three),
+            _ => _mm256_and_si256(_mm256_srli_epi16::<6>(codes), three),
+        };
+        let m01 = _mm256_add_epi16(
+            _mm256_maddubs_epi16(field(0), load(0)),
+            _mm256_maddubs_epi16(field(1), load(1)),
+        );
+        let m23 = _mm256_add_epi16(
+            _mm256_maddubs_epi16(field(2), load(2)),
+            _mm256_maddubs_epi16(field(3), load(3)),
+        );
+        _mm256_madd_epi16(_mm256_add_epi16(m01, m23), _mm256_set1_epi16(1))
+    }
+}
+
+/// One row's float terms for one batch against a prepared column, lanes in `AVX2_TILE_BLOCKS` order:
+/// `(d0, sumi)` for the FMA chain, `(d0·sumi, _)` for the unfused one, `sumi` computed as the vec_dot kernels do.
+#[inline(always)]
+pub(super) unsafe fn q2_tile_terms<const FMA: bool>(
+    xb: *const u8,
+    p: &Q2ColumnBatch,
+) -> (__m256, __m256) {
+    // SAFETY (whole body): the caller guarantees eight whole Q2_0 blocks (144 bytes) at `xb`; every load stays
+    // inside them or the prepared batch; features come from the caller.
+    unsafe {
+        // acc[j]: blocks 2j (low lane) and 2j + 1 (high lane); dword 4g + w sums weights 16w..16w+16.
+        let codes = |j: usize| {
+            let lo = _mm_loadu_si128(xb.add(Q2_BYTES * 2 * j + 2) as *const __m128i);
+            let hi = _mm_loadu_si128(xb.add(Q2_BYTES * (2 * j + 1) + 2) as *const __m128i);
+            _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi)
+        };
+        let acc = [
+            q2_tile_pair(codes(0), &p.q[0], 0),
+            q2_tile_pair(codes(1), &p.q[0], 1),
+            q2_tile_pair(codes(2), &p.q[1], 0),
+            q2_tile_pair(codes(3), &p.q[1], 1),
+        ];
+        // Per lane, hadd gives [b h0, b h1, b' h0, b' h1]: blocks (0, 2 | 1, 3) and (4, 6 | 5, 7).
+        let x = _mm256_castsi256_ps(_mm256_hadd_epi32(acc[0], acc[1]));
+        let y = _mm256_castsi256_ps(_mm256_hadd_epi32(acc[2], acc[3]));
+        let half = |v: __m256, k: usize| {
+            let sums = _mm256_castps_si256(v);
+            let qsum = _mm256_loadu_si256(p.qsum.as_ptr().add(8 * k) as *const __m256i);
+            _mm256_cvtepi32_ps(_mm256_sub_epi32(sums, qsum))
+        };
+        let s_lo = half(_mm256_shuffle_ps::<0x88>(x, y), 0);
+        let s_hi = half(_mm256_shuffle_ps::<0xdd>(x, y), 1);
+        let d1_lo = _mm256_loadu_ps(p.d1.as_ptr());
+        let d1_hi = _mm256_loadu_ps(p.d1.as_ptr().add(8));
+        let mut d0_bits = [0u16; 8];
+        for (l, &b) in AVX2_TILE_BLOCKS.iter().enumerate() {
+            d0_bits[l] = (xb.add(b * Q2_BYTES) as *const u16).read_unaligned();
+        }
+        let d0 = _mm256_cvtph_ps(_mm_loadu_si128(d0_bits.as_ptr() as *const __m128i));
+        if FMA {
+            let first = _mm256_fmadd_ps(d1_lo, s_lo, _mm256_setzero_ps());
+            (d0, _mm256_fmadd_ps(d1_hi, s_hi, first))
+        } else {
+            let zero = _mm256_setzero_ps();
+            let sumi = _mm256_add_ps(
+                _mm256_add_ps(zero, _mm256_mul_ps(d1_lo, s_lo)),
+                _mm256_mul_ps(d1_hi, s_hi),
+            );
+            (_mm256_mul_ps(d0, sumi), d0)
+        }
+    }
+}
+
+/// The sequential part of one row's batch: eight chain steps in block order (lanes in `AVX2_TILE_BLOCKS`
+/// order, so block `b` is read from lane `2b` or `2b − 7`).
+#[inline(always)]
+pub(super) fn q2_tile_chain<const FMA: bool>(mut sumf: f32, terms: (__m256, __m256)) -> f32 {
+    let mut a = [0f32; 8];
+    let mut b = [0f32; 8];
+    // SAFETY: plain stores of two registers into local arrays (AVX is enabled by every caller).
+    unsafe {
+        _mm256_storeu_ps(a.as_mut_ptr(), terms.0);
+        _mm256_storeu_ps(b.as_mut_ptr(), terms.1);
+    }
+    for block in 0..8 {
+        let l = if block % 2 == 0 {
+            block / 2
+        } else {
+            4 + block / 2
+        };
+        sumf = if FMA {
+            a[l].mul_add(b[l], sumf)
+        } else {
+            sumf + a[l]
+        };
+    }
+    sumf
+}
+
+/// The running sums of `R` rows after every full batch of a prepared column, chains interleaved and
+/// software-pipelined as in the AVX-512 tile kernel. (Each file keeps its own copy of this loop: one generic
+/// helper taking the terms as a closure was not inlined and cost 42 % of the AVX2 speed and 22 % of the
+/// AVX-512 one, measured.)
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q2_tile_rows<const FMA: bool, const R: usize>(
+    rows: [*const u8; R],
+    prep: &[Q2ColumnBatch],
+) -> [f32; R] {
+    let mut sumf = [0f32; R];
+    if prep.is_empty() {
+        return sumf;
+    }
+    // SAFETY: every row holds 8·prep.len() blocks (caller); batch k reads bytes 144k..144k+144.
+    unsafe {
+        let zero = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut pending = [zero; R];
+        for r in 0..R {
+            pending[r] = q2_tile_terms::<FMA>(rows[r], &prep[0]);
+        }
+        for (k, p) in prep.iter().enumerate().skip(1) {
+            let mut next = [zero; R];
+            for r in 0..R {
+                prefetch_ahead(rows[r].wrapping_add(8 * k * Q2_BYTES), 8 * Q2_BYTES);
+                next[r] = q2_tile_terms::<FMA>(rows[r].add(8 * k * Q2_BYTES), p);
+            }
+            for r in 0..R {
+                sumf[r] = q2_tile_chain::<FMA>(sumf[r], pending[r]);
+            }
+            pending = next;
+        }
+        for r in 0..R {
+            sumf[r] = q2_tile_chain::<FMA>(sumf[r], pending[r]);
+        }
+    }
+    sumf
+}
+
+/// `W · Y` for Q2_0 weights against q8_0 columns through the shared tile driver, with `vpmaddubsw` in place of
+/// VNNI and shifts in place of GFNI; every element with the bits of `vec_dot_q2_0_q8_0::<FMA>`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.nb() >= 2 * x.nb()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
+    x: Rows<'_, BlockQ2_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    // SAFETY: the caller's contract covers the functions' features.
+    unsafe {
+        mul_mat_q2_0_tiles::<FMA>(
+            x,
+            y,
+            emit,
+            q2_prepare_column,
+            q2_tile_rows::<FMA, 4>,
+            q2_tile_rows::<FMA, 1>,
+            None,
+        )
+    }
+}
+
+/// `dequantize_row_q2_0`: `((c − 1) as f32) · d`, eight weights per step.
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C; `y.len() >= 64 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dequantize_row_q2_0(x: &[BlockQ2_0], y: &mut [f32]) {
+    debug_assert!(y.len() >= 64 * x.len());
+    // SAFETY: block i < x.len() and 64 floats per block fit in y by the contract above.
+    unsafe {
+        let shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+        let three = _mm256_set1_epi32(3);
+        let one = _mm256_set1_epi32(1);
+        let out = y.as_mut_ptr();
+        for (i, b) in x.iter().enumerate() {
+            let d = _mm256_set1_ps(b.d.to_f32());
+            for w in 0..8 {
+                let pair = u16::from_le_bytes([b.qs[2 * w], b.qs[2 * w + 1]]) as i32;
+                let c = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(pair), shifts), three);
+                let v = _mm256_cvtepi32_ps(_mm256_sub_epi32(c, one));
+                _mm256_storeu_ps(out.add(64 * i + 8 * w), _mm256_mul_ps(v, d));
+            }
+        }
+    }
+}
