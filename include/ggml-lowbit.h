@@ -674,6 +674,12 @@ const char *ggml_lowbit_isa(void);
 const char *ggml_lowbit_float_order(void);
 
 /*
+ The kernel forms the library runs (`dispatch::FORMS_BY_CPU` with `GGML_LOWBIT_FORMS` applied), in words: a
+ static NUL-terminated string, `"none"` below AVX-512.
+ */
+const char *ggml_lowbit_kernel_forms(void);
+
+/*
  A hash of the sources the library was built from: lets a harness or test refuse a stale build.
  */
 const char *ggml_lowbit_source_hash(void);

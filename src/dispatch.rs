@@ -5,22 +5,9 @@
 //! - Float order: `GGML_LOWBIT_MATCH=haswell|x64` if set; else, in front of a stock ggml, what a probe of the
 //!   stock symbols shows (`interpose.rs`); else the build a release llama.cpp would load on this CPU
 //!   (AVX2+FMA+F16C → haswell, else x64).
-//!
-//! - IQ2_XS and IQ2_S grid lookups (AVX-512 only): `vpgatherdq` of the 8-byte grid entries on Intel CPUs whose
-//!   gathers are not slowed by the GDS microcode, the permute lookup of the 16-bit codes elsewhere
-//!   (`iq_gathers`); `GGML_LOWBIT_IQ_GATHER=0|1` overrides, for measurement. Both give the same bits. IQ2_XXS
-//!   takes its two-block permute lookups on every CPU.
-//! - IQ2_S grid lookups without gathers (AVX-512 only): the 1024-entry code tables by permutes, two blocks at a
-//!   time (`iq2_s_permutes`); `GGML_LOWBIT_IQ2S_PERMUTES=0` loads each entry instead, for measurement. Both give
-//!   the same bits.
-//! - Q1_0 tile quants (AVX-512 only): by zero-masked loads on Intel CPUs, by a zero-masking move elsewhere
-//!   (`q1_tile_masked_loads`); `GGML_LOWBIT_Q1_MASKED_LOADS=0|1` overrides. Both give the same bits.
-//! - The q8_0 scales of the Q2_0, PQ2_0 and PTQ1_0 `vec_dot` kernels (AVX-512 only): by a gather where gathers
-//!   are fast, as for the IQ2 grids, by word permutes elsewhere (`q8_scale_gathers`);
-//!   `GGML_LOWBIT_SCALE_GATHER=0|1` overrides. Both give the same bits.
-//! - Q1_0 products with one activation column (decode; AVX-512, haswell order): by nibble tables, sixteen rows
-//!   a step gathered, where gathers are fast, by the tiles elsewhere (`q1_decode_lookups`);
-//!   `GGML_LOWBIT_Q1_LOOKUPS=0|1` overrides. Both give the same bits.
+//! - Kernel forms (AVX-512 only): where a format has two kernels of the same bits, which one runs is chosen per
+//!   kind of CPU by one table, `FORMS_BY_CPU` (grid gathers or lookups, masked loads or moves, scale gathers or
+//!   permutes, nibble tables or tiles); `GGML_LOWBIT_FORMS=name=0|1,…` forces entries for measurement.
 //!
 //! An unknown value in any of these variables is a configuration error: the library says so on stderr and aborts
 //! rather than return bits from a build the user did not ask for.
@@ -245,100 +232,223 @@ iq_format!(BlockIQ2S, vec_dot_iq2_s_q8_k, true);
 iq_format!(BlockIQ3XXS, vec_dot_iq3_xxs_q8_k, true);
 iq_format!(BlockIQ3S, vec_dot_iq3_s_q8_k, true);
 
-/// Whether the AVX-512 IQ2_XS and IQ2_S kernels fetch grid entries with gathers: on Intel CPUs, where the
-/// permute lookups run out of shuffle throughput (one shuffle port) while a gather of eight entries costs a few
-/// cycles of load ports (Emerald Rapids Xeon, 2026-12-02: IQ2_XS 1.20–1.25× → 1.75–1.87× stock haswell; a Xeon
-/// VM with fast gathers, 2026-12-04, four alternating rounds: IQ2_XS 1.63–1.81× → 1.94–2.04×, IQ2_S
-/// 1.49–1.65× → 1.80–2.02×, `docs/iq.md`) — except the Intel models whose microcode slows every gather against
-/// Gather Data Sampling (`gathers_slowed_by_gds`: an Ice Lake Xeon took 24 cycles per eight-entry gather and
-/// these kernels ran 0.62–0.91× stock against 1.19–1.60× for the permutes); not on AMD, whose Zen 4 microcodes
-/// gathers and whose Zen 5 took 7.6 cycles per eight-entry gather, where these kernels measured 0.89–1.17×
-/// stock against 1.28–2.76× for the permutes and IQ2_S's loads (2026-12-02, `docs/iq.md`). IQ2_XXS never
-/// gathers: on the 2026-12-04 VM its two-block lookups ran 1.84–2.10× stock against 1.59–1.85× gathered.
-/// `GGML_LOWBIT_IQ_GATHER=0|1` overrides. Decided once.
-pub fn iq_gathers() -> bool {
-    static GATHERS: OnceLock<bool> = OnceLock::new();
-    *GATHERS.get_or_init(|| env_flag("GGML_LOWBIT_IQ_GATHER").unwrap_or_else(gathers_are_fast))
+/// The kinds of CPU the kernel forms are chosen for (`FORMS_BY_CPU`). Every form of every choice gives the same
+/// bits; the table only says which is fastest where it was measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuClass {
+    /// Intel with fast gathers: any model outside `gathers_slowed_by_gds` (Sapphire and Emerald Rapids, every
+    /// CPU with AVX-512 FP16). A gather of eight 8-byte entries costs a few cycles of load ports, while the
+    /// permute alternatives run out of Intel's one shuffle port.
+    IntelFastGathers,
+    /// Intel models whose Gather Data Sampling microcode makes every gather several times slower (Ice Lake, Tiger
+    /// Lake, Rocket Lake without AVX-512 FP16; 24 cycles per eight-entry gather on an Ice Lake Xeon).
+    IntelSlowGathers,
+    /// AMD and every other vendor: Zen 4 microcodes gathers, Zen 5 took 7.6 cycles per eight-entry gather, and
+    /// their vector loops are bound by loads rather than by a shuffle port.
+    Other,
 }
 
-/// Whether the AVX-512 `vec_dot` kernels of Q2_0, PQ2_0 and PTQ1_0 collect each batch's sixteen q8_0 scales
-/// by one gather (`group_d1_gathered`; Q2_0's haswell order also reads each block's own scale through the f16
-/// table inside its chain) instead of by four two-source word permutes: where gathers are fast, as for
-/// `iq_gathers`. Those kernels are bound by their micro-ops on the two 512-bit vector ports, and each permute
-/// takes several. On a Xeon with AVX-512 FP16 (2026-12-04, three alternating rounds, 4096×4096 and
-/// 12288×4096, one thread) Q2_0 went from 8.73–8.92× stock haswell to 10.14–11.14×, PQ2_0 from 9.07–9.70×
-/// to 10.30–10.82× and PTQ1_0 from 9.41–9.68× to 10.43–11.10× (`docs/q2_0.md`). Zen 4, which microcodes
-/// gathers, keeps the permutes. `GGML_LOWBIT_SCALE_GATHER=0|1` overrides. Decided once.
-pub fn q8_scale_gathers() -> bool {
-    static GATHERS: OnceLock<bool> = OnceLock::new();
-    *GATHERS.get_or_init(|| env_flag("GGML_LOWBIT_SCALE_GATHER").unwrap_or_else(gathers_are_fast))
+impl CpuClass {
+    /// The class of a CPU from its vendor, family, model and whether it has AVX-512 FP16.
+    pub fn of(intel: bool, family: u32, model: u32, avx512_fp16: bool) -> CpuClass {
+        match (intel, gathers_slowed_by_gds(family, model, avx512_fp16)) {
+            (true, false) => CpuClass::IntelFastGathers,
+            (true, true) => CpuClass::IntelSlowGathers,
+            (false, _) => CpuClass::Other,
+        }
+    }
+
+    /// This CPU's class; read once.
+    pub fn this_cpu() -> CpuClass {
+        static CLASS: OnceLock<CpuClass> = OnceLock::new();
+        *CLASS.get_or_init(|| {
+            CpuClass::of(cpu_is_intel(), cpu_family(), cpu_model(), has_avx512_fp16())
+        })
+    }
 }
 
-/// Whether the AVX-512 Q1_0 product with one activation column (decode) runs by nibble tables
-/// (`avx512/q1_0.rs` `mul_mat_q1_0_lookups`: sixteen rows per step, one per lane, their sign bits by gathers and
-/// each lane's four bits picking its value with one `vpermps`) instead of the tiles: where gathers are fast, as
-/// for `iq_gathers`. `GGML_LOWBIT_Q1_LOOKUPS=0|1` overrides. Decided once.
-pub fn q1_decode_lookups() -> bool {
-    static LOOKUPS: OnceLock<bool> = OnceLock::new();
-    *LOOKUPS.get_or_init(|| env_flag("GGML_LOWBIT_Q1_LOOKUPS").unwrap_or_else(gathers_are_fast))
+/// The AVX-512 kernel forms per kind of CPU, each measured against the other form on that kind (one thread,
+/// 4096×4096 and 12288×4096 unless said, alternating rounds; the figures are in the format pages of `docs/`):
+///
+/// | choice | Intel, fast gathers | Intel, slow gathers | AMD, other |
+/// |---|---|---|---|
+/// | IQ2_XS/IQ2_S grid entries (`iq_gather`) | gathers | lookups | lookups |
+/// | IQ2_S lookups without gathers (`iq2_s_permutes`) | permutes | permutes | permutes |
+/// | Q1_0 tile quants (`q1_masked_loads`) | masked loads | masked loads | masked moves |
+/// | q8_0 scales of Q2_0/PQ2_0/PTQ1_0 `vec_dot` (`q8_scale_gather`) | gathers | permutes | permutes |
+/// | Q1_0 decode, one column (`q1_lookups`) | nibble tables | tiles | tiles |
+///
+/// - Grid gathers: IQ2_XS 1.63–1.81× → 1.94–2.04× stock haswell, IQ2_S 1.49–1.65× → 1.80–2.02× on a Xeon with
+///   fast gathers (2026-12-04); 0.62–0.91× against 1.19–1.60× for the permutes on the Ice Lake Xeon, 0.89–1.17×
+///   against 1.28–2.76× on Zen 5 (2026-12-02). IQ2_XXS never gathers (its two-block lookups ran 1.84–2.10× stock
+///   against 1.59–1.85× gathered).
+/// - IQ2_S permutes, two blocks at a time: 1.03–1.28× faster than the per-entry loads on the Ice Lake Xeon,
+///   1.74–1.87× stock against 1.13–1.38× on Zen 4 (2026-12-03).
+/// - Q1_0 masked loads: a masked load needs only a load port, the zero-masking move one of the two 512-bit
+///   vector ports the tile loop is short of (Ice Lake Xeon decode tiles 1.28–1.86× → 1.37–2.01× stock,
+///   2026-12-02); Zen 4 ran both alike and Zen 5's loop is bound by loads.
+/// - q8_0 scale gathers: Q2_0 8.73–8.92× → 10.14–11.14× stock haswell, PQ2_0 9.07–9.70× → 10.30–10.82×, PTQ1_0
+///   9.41–9.68× → 10.43–11.10× on a Xeon with AVX-512 FP16 (2026-12-04).
+/// - Q1_0 nibble tables: sixteen rows a step, their sign bits gathered (`avx512/q1_0.rs`,
+///   `mul_mat_q1_0_lookups`); where gathers are fast.
+///
+/// `GGML_LOWBIT_FORMS` overrides any entry for measurement (`FormOverrides`).
+pub const FORMS_BY_CPU: [(CpuClass, KernelChoices); 3] = [
+    (
+        CpuClass::IntelFastGathers,
+        KernelChoices {
+            iq_gather: true,
+            q1_masked_loads: true,
+            iq2_s_permutes: true,
+            q8_scale_gather: true,
+            q1_lookups: true,
+        },
+    ),
+    (
+        CpuClass::IntelSlowGathers,
+        KernelChoices {
+            iq_gather: false,
+            q1_masked_loads: true,
+            iq2_s_permutes: true,
+            q8_scale_gather: false,
+            q1_lookups: false,
+        },
+    ),
+    (
+        CpuClass::Other,
+        KernelChoices {
+            iq_gather: false,
+            q1_masked_loads: false,
+            iq2_s_permutes: true,
+            q8_scale_gather: false,
+            q1_lookups: false,
+        },
+    ),
+];
+
+/// The names `GGML_LOWBIT_FORMS` takes: the five `KernelChoices` and `chunks`, the whole-product hook's
+/// dynamic row chunks (`hook.rs`; `chunks=0` gives each thread a fixed share).
+pub const FORM_NAMES: [&str; 6] = [
+    "iq-gather",
+    "iq2s-permutes",
+    "q1-masked-loads",
+    "scale-gather",
+    "q1-lookups",
+    "chunks",
+];
+
+/// Variables that once chose single forms; setting one aborts with a pointer to `GGML_LOWBIT_FORMS`, so that a
+/// measurement never runs a form the user did not ask for.
+const SINGLE_FORM_VARIABLES: [(&str, &str); 6] = [
+    ("GGML_LOWBIT_IQ_GATHER", "iq-gather"),
+    ("GGML_LOWBIT_IQ2S_PERMUTES", "iq2s-permutes"),
+    ("GGML_LOWBIT_Q1_MASKED_LOADS", "q1-masked-loads"),
+    ("GGML_LOWBIT_SCALE_GATHER", "scale-gather"),
+    ("GGML_LOWBIT_Q1_LOOKUPS", "q1-lookups"),
+    ("GGML_LOWBIT_CHUNKS", "chunks"),
+];
+
+/// Forms forced by `GGML_LOWBIT_FORMS`, a comma-separated list of `name=0|1` (names from `FORM_NAMES`), for
+/// measuring one form against another; unset or empty forces nothing. Anything else (an unknown name, a value
+/// other than 0 or 1, a name given twice, an entry without `=`) is a configuration error and aborts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FormOverrides {
+    values: [Option<bool>; FORM_NAMES.len()],
 }
 
-/// Intel CPUs other than the models whose GDS microcode slows every gather (`gathers_slowed_by_gds`).
-fn gathers_are_fast() -> bool {
-    cpu_is_intel() && !gathers_slowed_by_gds(cpu_family(), cpu_model(), has_avx512_fp16())
-}
+impl FormOverrides {
+    /// The overrides a `GGML_LOWBIT_FORMS` value asks for, or the message that says what is wrong with it.
+    pub fn parse(spec: &str) -> Result<FormOverrides, String> {
+        let mut out = FormOverrides::default();
+        if spec.is_empty() {
+            return Ok(out);
+        }
+        for entry in spec.split(',') {
+            let Some((name, value)) = entry.split_once('=') else {
+                return Err(format!("{entry:?} is not name=0|1"));
+            };
+            let Some(slot) = FORM_NAMES.iter().position(|&n| n == name) else {
+                return Err(format!("{name:?} is not one of {}", FORM_NAMES.join(", ")));
+            };
+            let v = match value {
+                "0" => false,
+                "1" => true,
+                _ => return Err(format!("{name}={value:?} is not one of 0, 1")),
+            };
+            if out.values[slot].replace(v).is_some() {
+                return Err(format!("{name} is given twice"));
+            }
+        }
+        Ok(out)
+    }
 
-/// Whether the AVX-512 IQ2_S kernel without gathers looks its grid codes up by permutes, two blocks at a time
-/// (`IqPairDecode for BlockIQ2S`: eight `vpermi2b` per code table for 64 indices), instead of an 8-byte load
-/// and insert per entry: on every CPU. Intel's one shuffle port is filled by the loads' inserts (Ice Lake Xeon,
-/// 2026-12-03: 1.03–1.14× faster than the loads in quiet minutes, 1.08–1.28× when the host slowed stock); on
-/// AMD's Zen 4 the two-block permute form measured 1.74–1.87× stock haswell against 1.13–1.38× for the loads
-/// (three alternating rounds, 2026-12-03, `docs/PERFORMANCE.md`), where the one-block permute lookup had lost to
-/// the loads. Zen 5 is unmeasured with this form. `GGML_LOWBIT_IQ2S_PERMUTES=0|1` overrides. Decided once.
-pub fn iq2_s_permutes() -> bool {
-    static PERMUTES: OnceLock<bool> = OnceLock::new();
-    *PERMUTES.get_or_init(|| env_flag("GGML_LOWBIT_IQ2S_PERMUTES").unwrap_or(true))
-}
+    /// The overrides of this process's environment, read once; a bad value, or one of the single-form
+    /// variables, aborts with a message.
+    pub fn from_env() -> &'static FormOverrides {
+        static OVERRIDES: OnceLock<FormOverrides> = OnceLock::new();
+        OVERRIDES.get_or_init(|| {
+            for (var, name) in SINGLE_FORM_VARIABLES {
+                if std::env::var_os(var).is_some() {
+                    crate::process::fatal(&format!(
+                        "{var} is not a setting: kernel forms are forced by GGML_LOWBIT_FORMS={name}=0|1"
+                    ));
+                }
+            }
+            let spec = std::env::var("GGML_LOWBIT_FORMS").unwrap_or_default();
+            FormOverrides::parse(&spec)
+                .unwrap_or_else(|e| crate::process::fatal(&format!("GGML_LOWBIT_FORMS={spec:?}: {e}")))
+        })
+    }
 
-/// Whether the AVX-512 Q1_0 tile kernel reads each row's quants of a column by zero-masked loads (the row's sign
-/// bits as the mask, `vmovdqu8 {k}{z}` from the prepared column) instead of making the bytes `2·bit` with a
-/// zero-masking move: on Intel CPUs, where a masked load needs only a load port while the move takes one of the
-/// two 512-bit vector ports the tile loop is short of (Ice Lake Xeon, 2026-12-02: decode tiles on 4096×4096
-/// 1.28–1.86× → 1.37–2.01× stock in nine interleaved runs, each faster, `docs/PERFORMANCE.md`); not on AMD,
-/// whose Zen 5 tile and vec_dot loops were bound by their loads and whose Zen 4 ran both forms alike (1.73–1.93×
-/// stock either way, 2026-12-03). `GGML_LOWBIT_Q1_MASKED_LOADS=0|1` overrides.
-/// Decided once.
-pub fn q1_tile_masked_loads() -> bool {
-    static MASKED: OnceLock<bool> = OnceLock::new();
-    *MASKED.get_or_init(|| env_flag("GGML_LOWBIT_Q1_MASKED_LOADS").unwrap_or_else(cpu_is_intel))
+    /// The value forced for `name` (one of `FORM_NAMES`), if any.
+    pub fn get(&self, name: &str) -> Option<bool> {
+        let slot = FORM_NAMES.iter().position(|&n| n == name)?;
+        self.values[slot]
+    }
+
+    /// `choices` with the forced entries replaced.
+    pub fn apply(&self, choices: KernelChoices) -> KernelChoices {
+        let pick = |name: &str, default: bool| self.get(name).unwrap_or(default);
+        KernelChoices {
+            iq_gather: pick("iq-gather", choices.iq_gather),
+            iq2_s_permutes: pick("iq2s-permutes", choices.iq2_s_permutes),
+            q1_masked_loads: pick("q1-masked-loads", choices.q1_masked_loads),
+            q8_scale_gather: pick("scale-gather", choices.q8_scale_gather),
+            q1_lookups: pick("q1-lookups", choices.q1_lookups),
+        }
+    }
 }
 
 /// The kernel forms chosen per CPU, each giving the same bits (`Kernels::with_choices`). The default, every
 /// choice off, is what the tables without AVX-512 hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelChoices {
-    /// IQ2_XS and IQ2_S grid entries by gathers (`iq_gathers`).
+    /// IQ2_XS and IQ2_S grid entries by gathers.
     pub iq_gather: bool,
-    /// Q1_0 tile quants by masked loads (`q1_tile_masked_loads`).
+    /// Q1_0 tile quants by zero-masked loads (the row's sign bits as the mask) instead of a zero-masking move.
     pub q1_masked_loads: bool,
-    /// IQ2_S grid codes by permutes where there are no gathers (`iq2_s_permutes`).
+    /// IQ2_S grid codes by permutes, two blocks at a time, where there are no gathers (else one load per entry).
     pub iq2_s_permutes: bool,
-    /// The q8_0 scales of the Q2_0, PQ2_0 and PTQ1_0 `vec_dot` kernels by gathers (`q8_scale_gathers`).
+    /// The q8_0 scales of the Q2_0, PQ2_0 and PTQ1_0 `vec_dot` kernels by one gather instead of four word
+    /// permutes.
     pub q8_scale_gather: bool,
-    /// Q1_0 decode by nibble tables (`q1_decode_lookups`).
+    /// Q1_0 products with one activation column by nibble tables instead of the tiles.
     pub q1_lookups: bool,
 }
 
 impl KernelChoices {
-    /// What this CPU gets (and the environment overrides).
+    /// The forms `FORMS_BY_CPU` gives a CPU of `class`.
+    pub fn for_cpu(class: CpuClass) -> KernelChoices {
+        FORMS_BY_CPU
+            .iter()
+            .find(|(c, _)| *c == class)
+            .map(|&(_, choices)| choices)
+            .unwrap_or_default()
+    }
+
+    /// What this CPU gets, with `GGML_LOWBIT_FORMS` applied.
     pub fn for_this_cpu() -> KernelChoices {
-        KernelChoices {
-            iq_gather: iq_gathers(),
-            q1_masked_loads: q1_tile_masked_loads(),
-            iq2_s_permutes: iq2_s_permutes(),
-            q8_scale_gather: q8_scale_gathers(),
-            q1_lookups: q1_decode_lookups(),
-        }
+        FormOverrides::from_env().apply(KernelChoices::for_cpu(CpuClass::this_cpu()))
     }
 
     /// The forms in words, for the log and the speed report.
@@ -1177,6 +1287,21 @@ pub(crate) fn env_flag(name: &str) -> Option<bool> {
     )
 }
 
+/// The active table's kernel forms in words (`KernelChoices::describe`), `"none"` below AVX-512; built once.
+pub fn active_forms() -> &'static std::ffi::CStr {
+    static FORMS: OnceLock<std::ffi::CString> = OnceLock::new();
+    FORMS.get_or_init(|| {
+        let k = active();
+        let words = if k.isa == Isa::Avx512 {
+            k.choices.describe()
+        } else {
+            "none".to_string()
+        };
+        // `describe` is built from fixed words, none of them NUL.
+        std::ffi::CString::new(words).unwrap_or_default()
+    })
+}
+
 /// The table every export uses, built on first use from the CPU, the environment and (when the library is in
 /// front of a stock ggml) a probe of the stock symbols: see `interpose`.
 pub fn active() -> &'static Kernels {
@@ -1214,6 +1339,109 @@ mod tests {
         assert!(!gathers_slowed_by_gds(6, 207, true));
         assert!(!gathers_slowed_by_gds(6, 143, true));
         assert!(!gathers_slowed_by_gds(26, 0x6A, false));
+    }
+
+    /// `FORMS_BY_CPU` has one row per kind of CPU, and the classes follow vendor and the GDS models: fast
+    /// gathers on Intel outside them, slow inside, AMD never gathering.
+    #[test]
+    fn every_cpu_class_has_one_row_of_forms() {
+        for class in [
+            CpuClass::IntelFastGathers,
+            CpuClass::IntelSlowGathers,
+            CpuClass::Other,
+        ] {
+            assert_eq!(FORMS_BY_CPU.iter().filter(|(c, _)| *c == class).count(), 1);
+        }
+        assert_eq!(CpuClass::of(true, 6, 207, true), CpuClass::IntelFastGathers);
+        assert_eq!(
+            CpuClass::of(true, 6, 106, false),
+            CpuClass::IntelSlowGathers
+        );
+        assert_eq!(CpuClass::of(false, 25, 0x11, false), CpuClass::Other);
+        assert_eq!(CpuClass::of(false, 26, 0x6A, false), CpuClass::Other);
+        let fast = KernelChoices::for_cpu(CpuClass::IntelFastGathers);
+        let slow = KernelChoices::for_cpu(CpuClass::IntelSlowGathers);
+        let other = KernelChoices::for_cpu(CpuClass::Other);
+        assert!(fast.iq_gather && fast.q8_scale_gather && fast.q1_lookups && fast.q1_masked_loads);
+        assert!(
+            !slow.iq_gather && !slow.q8_scale_gather && !slow.q1_lookups && slow.q1_masked_loads
+        );
+        assert!(
+            !other.iq_gather
+                && !other.q8_scale_gather
+                && !other.q1_lookups
+                && !other.q1_masked_loads
+        );
+        assert!(fast.iq2_s_permutes && slow.iq2_s_permutes && other.iq2_s_permutes);
+    }
+
+    /// `GGML_LOWBIT_FORMS` lists: each name forces its own choice and nothing else; faults are named.
+    #[test]
+    fn form_overrides_parse_strictly_and_apply_only_what_they_name() {
+        assert_eq!(FormOverrides::parse(""), Ok(FormOverrides::default()));
+        let base = KernelChoices::for_cpu(CpuClass::IntelFastGathers);
+        let o = FormOverrides::parse("iq-gather=0,chunks=0").unwrap();
+        assert_eq!(o.get("chunks"), Some(false));
+        assert_eq!(o.get("scale-gather"), None);
+        assert_eq!(
+            o.apply(base),
+            KernelChoices {
+                iq_gather: false,
+                ..base
+            }
+        );
+        let names = [
+            (
+                "iq-gather",
+                KernelChoices {
+                    iq_gather: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "iq2s-permutes",
+                KernelChoices {
+                    iq2_s_permutes: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "q1-masked-loads",
+                KernelChoices {
+                    q1_masked_loads: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "scale-gather",
+                KernelChoices {
+                    q8_scale_gather: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "q1-lookups",
+                KernelChoices {
+                    q1_lookups: true,
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (name, want) in names {
+            let o = FormOverrides::parse(&format!("{name}=1")).unwrap();
+            assert_eq!(o.apply(KernelChoices::default()), want, "{name}");
+        }
+        assert_eq!(FormOverrides::parse("chunks=1").unwrap().apply(base), base);
+        for bad in [
+            "iq-gather=2",
+            "gather=1",
+            "iq-gather",
+            "chunks=0,chunks=0",
+            ",",
+            "iq-gather=1,",
+        ] {
+            assert!(FormOverrides::parse(bad).is_err(), "{bad}");
+        }
     }
 
     /// The serve decisions per table, as `docs/PERFORMANCE.md` measured them: every Q1_0 and q8_K dot product

@@ -884,6 +884,15 @@ pub extern "C" fn ggml_lowbit_float_order() -> *const c_char {
     })
 }
 
+/// The kernel forms the library runs (`dispatch::FORMS_BY_CPU` with `GGML_LOWBIT_FORMS` applied), in words: a
+/// static NUL-terminated string, `"none"` below AVX-512.
+#[no_mangle]
+pub extern "C" fn ggml_lowbit_kernel_forms() -> *const c_char {
+    guard("ggml_lowbit_kernel_forms", || {
+        crate::dispatch::active_forms().as_ptr()
+    })
+}
+
 /// A hash of the sources the library was built from: lets a harness or test refuse a stale build.
 #[no_mangle]
 pub extern "C" fn ggml_lowbit_source_hash() -> *const c_char {

@@ -11,13 +11,13 @@
 //! `ggml_version()` is one it knows (`KNOWN_VERSIONS`) and whose arguments pass sanity checks; otherwise, and
 //! under `GGML_LOWBIT_MULMAT=0`, `GGML_LOWBIT_DISABLE` or `GGML_LOWBIT_VERIFY` (which compare per call), it
 //! stays out of the way and the vec_dot exports serve the products as before. Threads take their rows in chunks
-//! from ggml's own counter, as stock's MUL_MAT does (`GGML_LOWBIT_CHUNKS=0`, or a ggml without the counter's
+//! from ggml's own counter, as stock's MUL_MAT does (`GGML_LOWBIT_FORMS=chunks=0`, or a ggml without the counter's
 //! functions: a fixed share per thread).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
-use crate::dispatch::{env_flag, Kernels};
+use crate::dispatch::{env_flag, FormOverrides, Kernels};
 use crate::formats::pq2_0::BlockPQ2_0;
 use crate::formats::ptq1_0::BlockPTQ1_0;
 use crate::formats::q1_0::BlockQ1_0;
@@ -251,7 +251,7 @@ fn hook() -> &'static Hook {
         let next = next_symbol::<MulMatTiledFn>(c"ggml_compute_forward_mul_mat_tiled");
         let next_id = next_symbol::<MulMatIdTiledFn>(c"ggml_compute_forward_mul_mat_id_tiled");
         let barrier = next_symbol::<BarrierFn>(c"ggml_barrier");
-        let chunks_wanted = env_flag("GGML_LOWBIT_CHUNKS").unwrap_or(true);
+        let chunks_wanted = FormOverrides::from_env().get("chunks").unwrap_or(true);
         let chunks = next_symbol::<ChunkSetFn>(c"ggml_threadpool_chunk_set")
             .zip(next_symbol::<ChunkAddFn>(c"ggml_threadpool_chunk_add"))
             .filter(|_| chunks_wanted);
@@ -297,7 +297,7 @@ fn hook() -> &'static Hook {
                     match (&chunks, chunks_wanted) {
                         (Some(_), _) => "rows in chunks from ggml's counter",
                         (None, false) =>
-                            "a fixed share of the rows per thread (GGML_LOWBIT_CHUNKS=0)",
+                            "a fixed share of the rows per thread (GGML_LOWBIT_FORMS=chunks=0)",
                         (None, true) => {
                             "a fixed share of the rows per thread (no ggml_threadpool_chunk_add)"
                         }

@@ -159,14 +159,72 @@ fn configuration_is_read_from_the_environment_and_bad_values_abort() {
         "GGML_LOWBIT_MATCH=\"skylake\" is not one of haswell, x64",
     );
 
-    // The per-CPU kernel forms (IQ2 lookups, Q1_0 tile quants) are read with the rest: a bad value aborts the
-    // same way, good ones are accepted.
-    for var in ["GGML_LOWBIT_IQ_GATHER", "GGML_LOWBIT_Q1_MASKED_LOADS"] {
-        config_aborts_on(var, "yes", &format!("{var}=\"yes\" is not one of 0, 1"));
+    // The per-CPU kernel forms are forced by one variable, read with the rest: every name, alone and together,
+    // is accepted and shows in the forms the library reports; a bad list aborts with a message naming the fault.
+    let forms = |spec: &str| {
+        let out = harness()
+            .args(["config"])
+            .env("GGML_LOWBIT_FORMS", spec)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "GGML_LOWBIT_FORMS={spec}: {stdout}");
+        stdout
+    };
+    for name in ggml_lowbit::dispatch::FORM_NAMES {
         for v in ["0", "1"] {
-            let out = harness().args(["config"]).env(var, v).output().unwrap();
-            assert!(out.status.success(), "{var}={v}");
+            forms(&format!("{name}={v}"));
         }
+    }
+    let all_on: Vec<String> = ggml_lowbit::dispatch::FORM_NAMES
+        .iter()
+        .map(|n| format!("{n}=1"))
+        .collect();
+    forms(&all_on.join(","));
+    if best == ggml_lowbit::dispatch::Isa::Avx512 {
+        let on = forms("iq-gather=1,scale-gather=1,q1-lookups=1,q1-masked-loads=1");
+        assert!(
+            on.contains("kernel forms: IQ2_XS and IQ2_S grid entries by gathers, Q1_0 tile quants by masked loads, q8_0 scales by gathers, Q1_0 decode by nibble tables"),
+            "{on}"
+        );
+        let off =
+            forms("iq-gather=0,iq2s-permutes=0,scale-gather=0,q1-lookups=0,q1-masked-loads=0");
+        assert!(
+            off.contains("kernel forms: IQ2_XS and IQ2_S grid entries by lookups (IQ2_S's by loads), Q1_0 tile quants by masked moves, q8_0 scales by permutes, Q1_0 decode by tiles"),
+            "{off}"
+        );
+    } else {
+        assert!(forms("iq-gather=1").contains("kernel forms: none"));
+    }
+    for (spec, message) in [
+        ("iq-gather=yes", "iq-gather=\"yes\" is not one of 0, 1"),
+        ("gathers=1", "\"gathers\" is not one of iq-gather, iq2s-permutes, q1-masked-loads, scale-gather, q1-lookups, chunks"),
+        ("iq-gather", "\"iq-gather\" is not name=0|1"),
+        ("chunks=0,chunks=1", "chunks is given twice"),
+        ("iq-gather=1,", "\"\" is not name=0|1"),
+    ] {
+        config_aborts_on(
+            "GGML_LOWBIT_FORMS",
+            spec,
+            &format!("GGML_LOWBIT_FORMS={spec:?}: {message}"),
+        );
+    }
+    // The single-form variables are not settings: setting one aborts and names the list entry to use instead.
+    for (var, name) in [
+        ("GGML_LOWBIT_IQ_GATHER", "iq-gather"),
+        ("GGML_LOWBIT_IQ2S_PERMUTES", "iq2s-permutes"),
+        ("GGML_LOWBIT_Q1_MASKED_LOADS", "q1-masked-loads"),
+        ("GGML_LOWBIT_SCALE_GATHER", "scale-gather"),
+        ("GGML_LOWBIT_Q1_LOOKUPS", "q1-lookups"),
+        ("GGML_LOWBIT_CHUNKS", "chunks"),
+    ] {
+        config_aborts_on(
+            var,
+            "1",
+            &format!(
+                "{var} is not a setting: kernel forms are forced by GGML_LOWBIT_FORMS={name}=0|1"
+            ),
+        );
     }
 }
 

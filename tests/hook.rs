@@ -196,7 +196,7 @@ fn mulmat_0_and_verify_mode_keep_the_hook_out() {
 }
 
 /// The hook's two ways of sharing rows between threads: chunks from ggml's counter (the default) and a fixed
-/// share per thread (`GGML_LOWBIT_CHUNKS=0`, what a ggml without the counter's functions gets): both give stock's
+/// share per thread (`GGML_LOWBIT_FORMS=chunks=0`, what a ggml without the counter's functions gets): both give stock's
 /// text with the hook on, and the log says which ran.
 #[test]
 fn row_chunks_and_fixed_shares_give_stock_text() {
@@ -207,11 +207,11 @@ fn row_chunks_and_fixed_shares_give_stock_text() {
         "{}",
         run.stderr
     );
-    let run = completion_with(&[("GGML_LOWBIT_CHUNKS", "0")]);
+    let run = completion_with(&[("GGML_LOWBIT_FORMS", "chunks=0")]);
     assert!(e2e::hook_on(&run), "{}", run.stderr);
     assert!(
         run.stderr
-            .contains("a fixed share of the rows per thread (GGML_LOWBIT_CHUNKS=0)"),
+            .contains("a fixed share of the rows per thread (GGML_LOWBIT_FORMS=chunks=0)"),
         "{}",
         run.stderr
     );

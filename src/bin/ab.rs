@@ -611,6 +611,7 @@ fn cmd_config(lib: Option<PathBuf>) -> Result<ExitCode> {
         "float order (stock build matched): {}",
         get(b"ggml_lowbit_float_order\0")?
     );
+    println!("kernel forms: {}", get(b"ggml_lowbit_kernel_forms\0")?);
     Ok(ExitCode::SUCCESS)
 }
 

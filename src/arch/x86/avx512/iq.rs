@@ -29,7 +29,7 @@ pub trait IqDecode: IqBlock {
 }
 
 /// The grid entries of 32 indices held four to a qword in `words` (16 bits each), each one scalar load from
-/// `table`, eight assembled per zmm: IQ2_S's lookup with `GGML_LOWBIT_IQ2S_PERMUTES=0`
+/// `table`, eight assembled per zmm: IQ2_S's lookup with `GGML_LOWBIT_FORMS=iq2s-permutes=0`
 /// (`dispatch::iq2_s_permutes`; the default on AMD until the two-block permutes measured faster on Zen 4),
 /// where this beat the permute lookup of one block (`lookup_bytes` needs eight `vpermi2b` per code table
 /// there); taking the indices out four at a time as qwords and splitting them with shifts costs fewer shuffle

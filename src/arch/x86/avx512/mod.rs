@@ -181,7 +181,7 @@ unsafe fn group_d1(yb: *const u8, tables: &D1Tables) -> __m512 {
 
 /// `group_d1` by one gather: each lane's four bytes at its block's start (the f16 scale and the block's first two
 /// quants, inside the block), narrowed to words and converted. On CPUs whose gathers are fast it takes fewer
-/// vector operations than the permutes (`dispatch::q8_scale_gathers`).
+/// vector operations than the permutes (`dispatch::FORMS_BY_CPU`, `q8_scale_gather`).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 unsafe fn group_d1_gathered(yb: *const u8, tables: &D1Tables) -> __m512 {

@@ -228,7 +228,7 @@ pub unsafe fn vec_dot_q1_0_q8_0<const HASWELL: bool>(x: &[BlockQ1_0], y: &[Block
 /// halves then continue `acc = fma(d0, acc_block, acc)` in block order. With `MASKED_LOADS` the mask selects
 /// the column's quants instead (a zero-masked load, `Σ 2·(bit ? h : 0)` against the constant 2: the same
 /// sums), which takes a load port where the masked move took a 512-bit vector port
-/// (`dispatch::q1_tile_masked_loads`). Without `SECOND` only the low half is used and the second block is never
+/// (`dispatch::FORMS_BY_CPU`, `q1_masked_loads`). Without `SECOND` only the low half is used and the second block is never
 /// read.
 ///
 /// # Safety
