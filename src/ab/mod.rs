@@ -5,4 +5,5 @@ pub mod cases;
 pub mod e2e;
 pub mod fork;
 pub mod guard;
+pub mod results;
 pub mod speed;

@@ -27,7 +27,7 @@ pub const BONSAI_8B_SHAPES: [(usize, usize); 5] = [
     (151669, 4096),
 ];
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SpeedRow {
     pub symbol: String,
     pub shape: String,
@@ -450,6 +450,41 @@ pub fn time_quantize(
     Ok(SpeedRow::new(symbol, format!("1x{cols}"), 1, reps, mo, ms))
 }
 
+/// Today's date in UTC as `YYYY-MM-DD`, for the report (days since 1970 to a civil date, proleptic Gregorian).
+pub fn utc_date_today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    civil_date((secs / 86_400) as i64)
+}
+
+/// The civil date of day `days` after 1970-01-01.
+fn civil_date(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// The CPU's model name as `/proc/cpuinfo` gives it ("unknown CPU" where there is none).
+pub fn cpu_model_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_string())
+}
+
 /// One symbol's rows of a `speed` run in a line: how many rows, and the least and median ratio over them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SymbolSummary {
@@ -501,6 +536,13 @@ mod summary_tests {
             ratio,
             baseline: "stock".into(),
         }
+    }
+
+    #[test]
+    fn civil_dates_of_known_days() {
+        assert_eq!(civil_date(0), "1970-01-01");
+        assert_eq!(civil_date(11_016), "2000-02-29");
+        assert_eq!(civil_date(20_793), "2026-12-06");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use ggml_lowbit::ab::bits::{self, CSymbols, KFormat, MulMatFn, Subject, SymbolReport};
 use ggml_lowbit::ab::fork;
+use ggml_lowbit::ab::results::{E2eLine, E2eReport};
 use ggml_lowbit::ab::speed::{self, MatVec, SpeedRow, BONSAI2_SHAPES, BONSAI_8B_SHAPES};
 use ggml_lowbit::model::WeightType;
 use ggml_lowbit::stock::StockLib;
@@ -189,6 +190,16 @@ enum Command {
         #[arg(long)]
         lib: Option<PathBuf>,
     },
+    /// Regenerates the results tables marked in markdown files from their `speed` reports
+    /// (`<!-- results: PATH.json -->` … `<!-- /results -->`, PATH relative to the file); without `--write`,
+    /// exits 1 when a table differs from what its report gives.
+    Tables {
+        /// Rewrite the files instead of checking them.
+        #[arg(long)]
+        write: bool,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
 }
 
 type Result<T> = std::result::Result<T, String>;
@@ -217,6 +228,7 @@ fn main() -> ExitCode {
             out,
         } => cmd_speed(&shapes, reps, &threads, build, lib, &symbol, &out),
         Command::Config { lib } => cmd_config(lib),
+        Command::Tables { write, files } => cmd_tables(write, &files),
         Command::Metal => cmd_metal(),
         Command::E2e {
             model,
@@ -360,20 +372,6 @@ fn cmd_model(preset: &str, wtype: &str, seed: u64, out: &Path) -> Result<ExitCod
         start.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-#[derive(Tabled)]
-struct E2eLine {
-    build: String,
-    check: String,
-    stock: String,
-    #[tabled(rename = "preload, vec_dot only")]
-    vec_dot: String,
-    #[tabled(rename = "preload with mul_mat hook")]
-    hook: String,
-    #[tabled(rename = "patched build (ggml-patch)")]
-    patched: String,
-    result: String,
 }
 
 fn short(s: &str, n: usize) -> String {
@@ -575,7 +573,23 @@ fn cmd_e2e(
     }
     let _ = std::fs::remove_dir_all(&scratch);
     println!("model: {}", model.display());
-    println!("{}", Table::new(lines).with(Style::markdown()));
+    println!("{}", Table::new(&lines).with(Style::markdown()));
+    let report = E2eReport {
+        date: speed::utc_date_today(),
+        cpu: speed::cpu_model_name(),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        model: model
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+        lines,
+    };
+    std::fs::create_dir_all("target/ab").map_err(|e| format!("cannot create target/ab: {e}"))?;
+    std::fs::write(
+        "target/ab/e2e.json",
+        serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("cannot write target/ab/e2e.json: {e}"))?;
+    println!("report: target/ab/e2e.json");
     println!(
         "e2e: {}",
         if ok {
@@ -589,6 +603,36 @@ fn cmd_e2e(
     } else {
         ExitCode::from(1)
     })
+}
+
+fn cmd_tables(write: bool, files: &[PathBuf]) -> Result<ExitCode> {
+    let mut stale = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let root = file.parent().unwrap_or(Path::new("."));
+        let fresh = ggml_lowbit::ab::results::regenerate(&text, root)
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        if fresh != text {
+            if write {
+                std::fs::write(file, &fresh)
+                    .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+                println!("tables: rewrote {}", file.display());
+            } else {
+                stale.push(file.display().to_string());
+            }
+        }
+    }
+    if stale.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "tables: {} differ from their reports; run: ggml-lowbit-ab tables --write {}",
+            stale.join(", "),
+            stale.join(" ")
+        );
+        Ok(ExitCode::from(1))
+    }
 }
 
 fn cmd_config(lib: Option<PathBuf>) -> Result<ExitCode> {
@@ -1097,8 +1141,16 @@ fn cmd_speed(
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     std::fs::write(out.join("speed.md"), format!("{header}{table}\n"))
         .map_err(|e| e.to_string())?;
-    let json =
-        serde_json::json!({ "stock_build": order.name(), "isa": isa, "reps": reps, "rows": rows });
+    let json = serde_json::json!({
+        "date": speed::utc_date_today(),
+        "cpu": speed::cpu_model_name(),
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "stock_build": order.name(),
+        "isa": isa,
+        "forms": ggml_lowbit::dispatch::active_forms().to_string_lossy(),
+        "reps": reps,
+        "rows": rows,
+    });
     std::fs::write(
         out.join("speed.json"),
         serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
