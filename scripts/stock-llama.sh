@@ -8,7 +8,9 @@
 #
 # Prints, as its last line on stdout, the folder holding libggml-cpu.so, libggml-base.so, test-quantize-fns,
 # llama-completion and llama-perplexity (and, for haswell, llama-bench). Idempotent: a finished build is reused.
-# Cache root: $GGML_LOWBIT_STOCK_DIR, default ~/.cache/ggml-lowbit/stock-0.3.36. Everything else goes to stderr.
+# Cache: $GGML_LOWBIT_STOCK_DIR, default $GGML_LOWBIT_CACHE_DIR/stock-0.3.36 (~/.cache/ggml-lowbit/stock-0.3.36);
+# each build in <variant>-<key>, the key a hash of its version, flags and targets (scripts/llama-cache.sh).
+# Progress is one line per build on stderr; compiler output goes to the build's log file.
 set -euo pipefail
 
 VERSION=0.3.36
@@ -38,8 +40,21 @@ case "$variant" in
   *) die "usage: scripts/stock-llama.sh haswell|x64|haswell-dl" ;;
 esac
 
-root=${GGML_LOWBIT_STOCK_DIR:-$HOME/.cache/ggml-lowbit/stock-$VERSION}
-out="$root/$variant"
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SCRIPT_NAME=stock-llama.sh
+# shellcheck source=scripts/llama-cache.sh
+. "$repo/scripts/llama-cache.sh"
+
+root=${GGML_LOWBIT_STOCK_DIR:-$LLAMA_CACHE_ROOT/stock-$VERSION}
+cmake_args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON
+  -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=$backend_dl -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+  -DLLAMA_BUILD_TESTS=$([ "$backend_dl" = ON ] && echo OFF || echo ON) -DLLAMA_BUILD_TOOLS=$tools
+  "${isa[@]}")
+targets=(ggml-cpu ggml-base "${programs[@]}")
+# The build's key: what decides its output (the sdist is hash-checked, so its version stands for the source).
+key=$(printf '%s\n' "$VERSION" "${cmake_args[@]}" -- "${targets[@]}" | llama_cache_key)
+out="$root/$variant-$key"
 stamp="$out/.complete"
 complete() {
   [ -f "$stamp" ] || return 1
@@ -48,24 +63,20 @@ complete() {
   done
 }
 if complete; then
+  echo "stock $variant: cached ($out)" >&2
   echo "$out"
   exit 0
 fi
 
-need=()
-command -v cmake >/dev/null || need+=(cmake)
-command -v ninja >/dev/null || need+=(ninja-build)
-command -v g++ >/dev/null || need+=(g++)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "stock-llama.sh: installing ${need[*]} with apt-get" >&2
-  command -v apt-get >/dev/null || die "need ${need[*]} and apt-get is not available"
-  export DEBIAN_FRONTEND=noninteractive
-  { apt-get update -qq && apt-get install -y -qq "${need[@]}"; } >&2 || die "apt-get install ${need[*]} failed"
-fi
-
+llama_cache_tools
 mkdir -p "$root"
 exec 9>"$root/.lock"
 flock 9
+if complete; then
+  echo "stock $variant: cached ($out)" >&2
+  echo "$out"
+  exit 0
+fi
 
 # Source: the sdist, downloaded once and hash-checked every time it is unpacked.
 src="$root/src/llama.cpp"
@@ -74,9 +85,23 @@ if [ ! -f "$root/src/.complete" ]; then
   mkdir -p "$dl"
   tarball="$dl/llama_cpp_python-$VERSION.tar.gz"
   if [ ! -f "$tarball" ]; then
-    echo "stock-llama.sh: downloading llama-cpp-python==$VERSION sdist" >&2
-    python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$dl" >&2 \
-      || die "pip download of llama-cpp-python==$VERSION failed"
+    echo "stock-llama.sh: downloading the llama-cpp-python==$VERSION sdist" >&2
+    # Straight from the registry's simple index (pip download would build the sdist's build dependencies
+    # from source first, minutes on two cores); pip is the fallback where the index page cannot be read.
+    python3 - "$VERSION" "$tarball" <<'PY' >&2 \
+      || python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python "llama-cpp-python==$VERSION" -d "$dl" >&2 \
+      || die "download of the llama-cpp-python==$VERSION sdist failed"
+import re, sys, urllib.request
+version, dest = sys.argv[1], sys.argv[2]
+name = f"llama_cpp_python-{version}.tar.gz"
+page = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/", timeout=60).read().decode()
+url = next(u for u in re.findall(r'href="([^"]+)"', page) if u.split("#")[0].endswith("/" + name))
+with urllib.request.urlopen(url.split("#")[0], timeout=600) as r, open(dest + ".part", "wb") as f:
+    while chunk := r.read(1 << 20):
+        f.write(chunk)
+import os
+os.replace(dest + ".part", dest)
+PY
   fi
   got=$(sha256sum "$tarball" | cut -d' ' -f1)
   if [ "$got" != "$SDIST_SHA256" ]; then
@@ -92,17 +117,10 @@ if [ ! -f "$root/src/.complete" ]; then
   touch "$root/src/.complete"
 fi
 
-build="$root/build-$variant"
-echo "stock-llama.sh: building $variant in $build" >&2
-cmake -S "$src" -B "$build" -G Ninja \
-  -DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON \
-  -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=$backend_dl -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
-  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-  -DLLAMA_BUILD_TESTS=$([ "$backend_dl" = ON ] && echo OFF || echo ON) -DLLAMA_BUILD_TOOLS=$tools \
-  "${isa[@]}" >&2 || die "cmake configure ($variant) failed"
-
-targets=(ggml-cpu ggml-base "${programs[@]}")
-cmake --build "$build" --target "${targets[@]}" >&2 || die "build ($variant) failed"
+# The build folder sits beside src/ as every cached tree's does (<dir>/src/llama.cpp, <dir>/build-*), so
+# ccache's relative paths agree between trees.
+build="$root/build-$variant-$key"
+llama_cache_build "stock $variant" "$src" "$build" -- "${cmake_args[@]}" -- "${targets[@]}"
 
 rm -rf "$out"
 mkdir -p "$out"

@@ -44,23 +44,32 @@ pub fn source_dir() -> Result<PathBuf, String> {
     Ok(src)
 }
 
-/// Runs `scripts/<script> <variant>` (its progress on our stderr) and returns the folder it prints as its last
-/// line, which must hold `expect`. A failure is an error, never a skip.
+/// Runs `scripts/<script> <variant>` and returns the folder it prints as its last line, which must hold
+/// `expect`. Its progress reaches our stderr once it ends, less the "cached" line every run of a cached build
+/// prints; a failure is an error carrying the script's messages, never a skip.
 pub fn run_build_script(script: &str, variant: &str, expect: &str) -> Result<PathBuf, String> {
     let script = scripts_dir().join(script);
     let out = Command::new("bash")
         .arg(&script)
         .arg(variant)
         .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         return Err(format!(
-            "{} {variant} failed ({})",
+            "{} {variant} failed ({}):\n{}",
             script.display(),
-            out.status
+            out.status,
+            stderr.trim_end()
         ));
+    }
+    let news: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.contains(": cached ("))
+        .collect();
+    if !news.is_empty() {
+        eprintln!("{}", news.join("\n"));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     let dir = stdout.lines().last().map(str::trim).unwrap_or_default();
