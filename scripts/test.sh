@@ -70,7 +70,7 @@ run_tests() {
   local log status
   log=$(mktemp)
   set +e
-  cargo test --release "$@" 2>&1 | tee "$log"
+  cargo test --release --no-fail-fast "$@" 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   set -e
   awk '/^test result:/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
