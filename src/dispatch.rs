@@ -28,7 +28,7 @@ use crate::formats::q8_0::{self, BlockQ8_0};
 use crate::formats::q8_k::{self, BlockQ8K};
 use crate::formats::tq1_0::{self, BlockTQ1_0};
 use crate::formats::tq2_0::{self, BlockTQ2_0};
-use crate::formats::RawBlock;
+use crate::formats::{RandomActivation, RawBlock};
 use crate::tiles::{mul_mat_by_pairs, Emit, Rows};
 use crate::FloatOrder;
 
@@ -138,7 +138,7 @@ pub type RowDot<B, Y> = unsafe fn(&[B], &[Y]) -> f32;
 /// A weight format with a vec_dot entry in `Kernels`: its activation blocks, its shapes and the entry.
 pub trait VecDotEntry: RawBlock {
     /// The activation block (q8_0 or q8_K).
-    type Y: RawBlock + crate::interpose::ProbeActivation;
+    type Y: RandomActivation;
     /// Weights per block.
     const QK: usize;
     /// Activation blocks per weight block.
@@ -1285,27 +1285,6 @@ pub(crate) fn env_flag(name: &str) -> Option<bool> {
         },
         "0, 1",
     )
-}
-
-/// The active table's kernel forms in words (`KernelChoices::describe`), `"none"` below AVX-512; built once.
-pub fn active_forms() -> &'static std::ffi::CStr {
-    static FORMS: OnceLock<std::ffi::CString> = OnceLock::new();
-    FORMS.get_or_init(|| {
-        let k = active();
-        let words = if k.isa == Isa::Avx512 {
-            k.choices.describe()
-        } else {
-            "none".to_string()
-        };
-        // `describe` is built from fixed words, none of them NUL.
-        std::ffi::CString::new(words).unwrap_or_default()
-    })
-}
-
-/// The table every export uses, built on first use from the CPU, the environment and (when the library is in
-/// front of a stock ggml) a probe of the stock symbols: see `interpose`.
-pub fn active() -> &'static Kernels {
-    &crate::interpose::config().kernels
 }
 
 #[cfg(test)]

@@ -11,12 +11,12 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use crate::dispatch::active;
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
 use crate::formats::iq2_xxs::BlockIQ2XXS;
 use crate::formats::iq3_s::BlockIQ3S;
 use crate::formats::iq3_xxs::BlockIQ3XXS;
+use crate::interpose::active;
 use crate::interpose::{self, VecDotArgs};
 use crate::process::guard;
 
@@ -889,7 +889,7 @@ pub extern "C" fn ggml_lowbit_float_order() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn ggml_lowbit_kernel_forms() -> *const c_char {
     guard("ggml_lowbit_kernel_forms", || {
-        crate::dispatch::active_forms().as_ptr()
+        crate::interpose::active_forms().as_ptr()
     })
 }
 

@@ -445,7 +445,7 @@ unsafe fn serve(params: *const ComputeParams, dst: *mut GgmlTensor) -> bool {
 /// # Safety
 /// `product` accepted the op.
 unsafe fn quantize_share(p: &ComputeParams, prod: &Product) {
-    let kernels = crate::dispatch::active();
+    let kernels = crate::interpose::active();
     // SAFETY: `product` checked that src1 is a valid F32 tensor.
     let src1 = unsafe { &*prod.src1 };
     let (qk, bytes) = prod.weights.act_block();
@@ -556,7 +556,7 @@ unsafe fn compute_rows(
     wdata: *mut c_void,
     (r0, r1): (usize, usize),
 ) {
-    let kernels = crate::dispatch::active();
+    let kernels = crate::interpose::active();
     // SAFETY: checked by `product`.
     let (src0, src1) = unsafe { (&*prod.src0, &*prod.src1) };
     let nb = src0.ne[0] as usize / prod.weights.qk();
@@ -705,7 +705,7 @@ unsafe fn serve_expert(
                 }
                 targets.push(d.data as usize + slot * d.nb[1] + token * d.nb[2]);
             }
-            let kernels = crate::dispatch::active();
+            let kernels = crate::interpose::active();
             let bytes = weights.block_bytes();
             let stride = src0.nb[1] / bytes;
             // SAFETY: expert `cur_a`'s matrix holds `ne01` rows of `stride` blocks; this thread writes only

@@ -35,7 +35,7 @@ use crate::formats::q8_0::{
 use crate::formats::q8_k::BlockQ8K;
 use crate::formats::tq1_0::BlockTQ1_0;
 use crate::formats::tq2_0::BlockTQ2_0;
-use crate::formats::RawBlock;
+use crate::formats::{xorshift64, RandomActivation, RawBlock};
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, VecDotFn};
 use crate::FloatOrder;
 
@@ -218,6 +218,27 @@ fn parse_verify(v: &str) -> Option<Option<bool>> {
 /// How the log names a float order found by the probe.
 const PROBED: &str = "probed against the stock library";
 
+/// The active table's kernel forms in words (`KernelChoices::describe`), `"none"` below AVX-512; built once.
+pub fn active_forms() -> &'static std::ffi::CStr {
+    static FORMS: OnceLock<std::ffi::CString> = OnceLock::new();
+    FORMS.get_or_init(|| {
+        let k = active();
+        let words = if k.isa == Isa::Avx512 {
+            k.choices.describe()
+        } else {
+            "none".to_string()
+        };
+        // `describe` is built from fixed words, none of them NUL.
+        std::ffi::CString::new(words).unwrap_or_default()
+    })
+}
+
+/// The table every export uses, built on first use from the CPU, the environment and (when the library is in
+/// front of a stock ggml) a probe of the stock symbols (`config`).
+pub fn active() -> &'static Kernels {
+    &config().kernels
+}
+
 /// The configuration every export uses, built on the first call.
 pub fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
@@ -348,14 +369,6 @@ enum Probe {
     Neither(String),
 }
 
-/// xorshift64: the probe's inputs are fixed, so the choice is reproducible.
-fn next_u64(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
-
 /// One stock vec_dot symbol the probe can use: its block size in bytes and weights, where the f16 scale sits,
 /// and our models of its two chains over raw bytes.
 struct ProbeDot {
@@ -419,7 +432,7 @@ fn probe_order(next: &Next) -> Probe {
         tries += 1;
         let mut x = vec![0u8; ROW / p.weights * p.block_bytes];
         for blk in x.chunks_exact_mut(p.block_bytes) {
-            let r = next_u64(&mut state);
+            let r = xorshift64(&mut state);
             for (j, b) in blk.iter_mut().enumerate() {
                 *b = (r.rotate_left(8 * j as u32) ^ (j as u64 * 0x9d)) as u8;
             }
@@ -428,8 +441,8 @@ fn probe_order(next: &Next) -> Probe {
         }
         let mut y = vec![0u8; ROW / 32 * 34];
         for blk in y.chunks_exact_mut(34) {
-            let r = next_u64(&mut state);
-            let s = next_u64(&mut state);
+            let r = xorshift64(&mut state);
+            let s = xorshift64(&mut state);
             blk[..2].copy_from_slice(&(0x2800 + (r % 0x1400) as u16).to_le_bytes());
             for (j, q) in blk[2..].iter_mut().enumerate() {
                 *q = (s.rotate_left(5 * j as u32) ^ r.rotate_right(3 * j as u32)) as u8;
@@ -519,8 +532,8 @@ fn probe_q1_0(next: &Next, order: FloatOrder) -> Result<(), String> {
     for _ in 0..256 {
         let mut x = vec![0u8; ROW / 128 * 18];
         for blk in x.chunks_exact_mut(18) {
-            let r = next_u64(&mut state);
-            let s = next_u64(&mut state);
+            let r = xorshift64(&mut state);
+            let s = xorshift64(&mut state);
             blk[..2].copy_from_slice(&(0x2000 + (r % 0x1800) as u16).to_le_bytes());
             for (j, b) in blk[2..].iter_mut().enumerate() {
                 *b = (s.rotate_left(8 * j as u32) ^ r.rotate_right(j as u32)) as u8;
@@ -528,8 +541,8 @@ fn probe_q1_0(next: &Next, order: FloatOrder) -> Result<(), String> {
         }
         let mut y = vec![0u8; ROW / 32 * 34];
         for blk in y.chunks_exact_mut(34) {
-            let r = next_u64(&mut state);
-            let s = next_u64(&mut state);
+            let r = xorshift64(&mut state);
+            let s = xorshift64(&mut state);
             blk[..2].copy_from_slice(&(0x2800 + (r % 0x1400) as u16).to_le_bytes());
             for (j, q) in blk[2..].iter_mut().enumerate() {
                 *q = (s.rotate_left(5 * j as u32) ^ r.rotate_right(3 * j as u32)) as u8;
@@ -894,7 +907,7 @@ fn quantizer_agrees<B: RawBlock + PartialEq>(
 fn agreement_floats(state: &mut u64, row: usize, nb: usize, qk: usize) -> Vec<f32> {
     let mut x = Vec::with_capacity(nb * qk);
     for b in 0..nb {
-        let scale = 10f32.powi((next_u64(state) % 7) as i32 - 3);
+        let scale = 10f32.powi((xorshift64(state) % 7) as i32 - 3);
         for j in 0..qk {
             x.push(if row == 0 && b == 0 {
                 if j == 0 {
@@ -903,7 +916,7 @@ fn agreement_floats(state: &mut u64, row: usize, nb: usize, qk: usize) -> Vec<f3
                     (j % 128) as f32 - 63.5
                 }
             } else {
-                ((next_u64(state) >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+                ((xorshift64(state) >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
             });
         }
     }
@@ -1010,47 +1023,11 @@ impl<B: VecDotEntry> VecDotSymbol<B> {
 fn agreement_blocks<B: VecDotEntry>(state: &mut u64) -> Vec<u8> {
     let mut x = vec![0u8; AGREEMENT_BLOCKS * size_of::<B>()];
     for blk in x.chunks_exact_mut(size_of::<B>()) {
-        blk.iter_mut().for_each(|b| *b = next_u64(state) as u8);
-        let d = 0x2000 + (next_u64(state) % 0x1800) as u16;
+        blk.iter_mut().for_each(|b| *b = xorshift64(state) as u8);
+        let d = 0x2000 + (xorshift64(state) % 0x1800) as u16;
         blk[B::SCALE_AT..B::SCALE_AT + 2].copy_from_slice(&d.to_le_bytes());
     }
     x
-}
-
-/// An activation block the agreement check (`first_row_differing_from_stock`) can fill with random content.
-pub trait ProbeActivation: RawBlock {
-    /// Fills `out` (whole blocks) with random quants (−128 among them) and moderate scales, from `state`.
-    fn fill(out: &mut [u8], state: &mut u64);
-}
-
-impl ProbeActivation for BlockQ8_0 {
-    fn fill(out: &mut [u8], state: &mut u64) {
-        for blk in out.chunks_exact_mut(size_of::<BlockQ8_0>()) {
-            let d = 0x2800 + (next_u64(state) % 0x1400) as u16;
-            blk[..2].copy_from_slice(&d.to_le_bytes());
-            blk[2..].iter_mut().for_each(|q| *q = next_u64(state) as u8);
-        }
-    }
-}
-
-impl ProbeActivation for BlockQ8K {
-    /// The block sums are the quants' own, as ggml's quantizer writes them.
-    fn fill(out: &mut [u8], state: &mut u64) {
-        for blk in out.chunks_exact_mut(size_of::<BlockQ8K>()) {
-            let d = (1 + next_u64(state) % 1000) as f32 * 1e-4;
-            blk[..4].copy_from_slice(&d.to_le_bytes());
-            blk[4..260]
-                .iter_mut()
-                .for_each(|q| *q = next_u64(state) as u8);
-            for j in 0..16 {
-                let sum: i16 = blk[4 + 16 * j..20 + 16 * j]
-                    .iter()
-                    .map(|&q| q as i8 as i16)
-                    .sum();
-                blk[260 + 2 * j..262 + 2 * j].copy_from_slice(&sum.to_le_bytes());
-            }
-        }
-    }
 }
 
 /// Decides once, into `agrees`, whether our `what` (kernel, quantizer or dequantizer) may serve `symbol` in
@@ -1084,7 +1061,7 @@ fn decide_agreement<F>(
 const AGREEMENT_ROWS: usize = 64;
 const AGREEMENT_BLOCKS: usize = 8;
 
-/// The agreement rows of `B`: `agreement_blocks` against random activations (`ProbeActivation`), given to
+/// The agreement rows of `B`: `agreement_blocks` against random activations (`RandomActivation`), given to
 /// `each(row, x, y)` as raw bytes until it returns something, which is returned.
 fn agreement_rows<B: VecDotEntry, T>(
     mut each: impl FnMut(usize, &[u8], &[u8]) -> Option<T>,
@@ -1093,7 +1070,7 @@ fn agreement_rows<B: VecDotEntry, T>(
     let mut y = vec![0u8; AGREEMENT_BLOCKS * B::Y_PER_BLOCK * size_of::<B::Y>()];
     (0..AGREEMENT_ROWS).find_map(|row| {
         let x = agreement_blocks::<B>(&mut state);
-        <B::Y as ProbeActivation>::fill(&mut y, &mut state);
+        <B::Y as RandomActivation>::fill_random(&mut y, &mut state);
         each(row, &x, &y)
     })
 }

@@ -1115,7 +1115,7 @@ fn cmd_speed(
             ratio: format!("{:.2}x", r.ratio),
         })
         .collect();
-    let active = ggml_lowbit::dispatch::active();
+    let active = ggml_lowbit::interpose::active();
     let isa = active.isa.name();
     // The AVX-512 kernels' per-CPU forms ("lookups": without gathers IQ2_XXS and IQ2_XS permute code tables and
     // IQ2_S loads its entries, `docs/iq.md`).
@@ -1147,7 +1147,7 @@ fn cmd_speed(
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
         "stock_build": order.name(),
         "isa": isa,
-        "forms": ggml_lowbit::dispatch::active_forms().to_string_lossy(),
+        "forms": ggml_lowbit::interpose::active_forms().to_string_lossy(),
         "reps": reps,
         "rows": rows,
     });

@@ -15,6 +15,21 @@ pub mod q8_k;
 pub mod tq1_0;
 pub mod tq2_0;
 
+/// xorshift64: the small reproducible generator behind the inputs of the run-time checks (the float-order
+/// probe, the agreement rows), so their choices are the same on every run.
+pub fn xorshift64(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// An activation block type the run-time agreement checks can fill with random content.
+pub trait RandomActivation: RawBlock {
+    /// Fills `out` (whole blocks) with random quants (−128 among them) and moderate scales, from `state`.
+    fn fill_random(out: &mut [u8], state: &mut u64);
+}
+
 /// Views raw bytes as blocks. Every block type here is `repr(C)` of bytes only (alignment 1, every bit pattern
 /// valid), so this is a plain reinterpretation; a trailing partial block is left out.
 pub fn blocks<T: RawBlock>(bytes: &[u8]) -> &[T] {

@@ -117,6 +117,18 @@ pub fn quantize_row_q8_0_model(order: crate::FloatOrder, x: &[f32], y: &mut [Blo
     }
 }
 
+impl super::RandomActivation for BlockQ8_0 {
+    fn fill_random(out: &mut [u8], state: &mut u64) {
+        for blk in out.chunks_exact_mut(std::mem::size_of::<BlockQ8_0>()) {
+            let d = 0x2800 + (super::xorshift64(state) % 0x1400) as u16;
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            blk[2..]
+                .iter_mut()
+                .for_each(|q| *q = super::xorshift64(state) as u8);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -82,6 +82,26 @@ pub fn quantize_row_q8_k_model(x: &[f32], y: &mut [BlockQ8K]) {
     }
 }
 
+impl super::RandomActivation for BlockQ8K {
+    /// The block sums are the quants' own, as ggml's quantizer writes them.
+    fn fill_random(out: &mut [u8], state: &mut u64) {
+        for blk in out.chunks_exact_mut(std::mem::size_of::<BlockQ8K>()) {
+            let d = (1 + super::xorshift64(state) % 1000) as f32 * 1e-4;
+            blk[..4].copy_from_slice(&d.to_le_bytes());
+            blk[4..260]
+                .iter_mut()
+                .for_each(|q| *q = super::xorshift64(state) as u8);
+            for j in 0..16 {
+                let sum: i16 = blk[4 + 16 * j..20 + 16 * j]
+                    .iter()
+                    .map(|&q| q as i8 as i16)
+                    .sum();
+                blk[260 + 2 * j..262 + 2 * j].copy_from_slice(&sum.to_le_bytes());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
