@@ -81,6 +81,9 @@ pub struct Config {
     /// `GGML_LOWBIT_MATCH` or the CPU): then every symbol is also checked against its stock one before ours
     /// serves it (`VecDotSymbol::stock_agrees`).
     pub probed: bool,
+    /// The stock vec_dot symbols the probe found following neither the build's order nor any modelled one
+    /// (`probe_order`), with its finding: their calls and whole products stay with stock.
+    pub unmatched: Vec<(&'static str, String)>,
     pub next: Next,
     pub kernels: Kernels,
 }
@@ -267,10 +270,14 @@ pub fn config() -> &'static Config {
                  (preload it over a llama.cpp): none were found",
             );
         }
+        let mut unmatched = Vec::new();
         let (order, how) = match matched {
             Some(o) => (o, "GGML_LOWBIT_MATCH"),
             None if have_stock && mode != Mode::Disable => match probe_order(&next) {
-                Probe::Order(o) => (o, PROBED),
+                Probe::Order(o, u) => {
+                    unmatched = u;
+                    (o, PROBED)
+                }
                 Probe::Neither(why) => {
                     crate::process::log_line(&format!(
                         "the stock library reproduces neither modelled float order ({why}); every call is \
@@ -302,6 +309,7 @@ pub fn config() -> &'static Config {
             log,
             serve_all,
             probed: how == PROBED,
+            unmatched,
             next,
             kernels,
         }
@@ -365,7 +373,9 @@ extern "C" fn summary_at_exit() {
 }
 
 enum Probe {
-    Order(FloatOrder),
+    /// The build's order, and the vec_dot symbols whose kernels follow neither it nor any modelled one (with
+    /// the probe's finding).
+    Order(FloatOrder, Vec<(&'static str, String)>),
     Neither(String),
 }
 
@@ -418,13 +428,58 @@ fn probe_dot(next: &Next) -> Option<ProbeDot> {
     })
 }
 
-/// Runs inputs on which the FMA and unfused chains, and the two q8_0 quantizers, disagree, and reports which
-/// the stock symbols reproduce. The chain is probed through the first stock vec_dot found (`probe_dot`); the
-/// quantizer, when the stock library exports it, must agree with the chain.
+/// Probes the float order of the stock library underneath, format by format. The build's order (haswell: FMA
+/// contraction and the AVX q8_0 quantizer; x64: neither) comes from `quantize_row_q8_0`, whose tie rounding
+/// tells the two apart, and from the chain of the first stock vec_dot (`probe_dot`) where there is no quantizer
+/// (a fork-only library). Each format's own kernel is then checked against that order: the Q2_0 (or fork) chain
+/// and the Q1_0 kernel (`probe_q1_0`). One that follows neither model, or the other order, does not switch the
+/// library off: it is named in `unmatched`, and its calls and whole products go to stock alone
+/// (`decide_agreement`), since a newer ggml may give one format a kernel of its own (ggml ≥ 0.27.0's AVX2
+/// Q2_0) while every other format keeps the modelled bits.
 fn probe_order(next: &Next) -> Probe {
     let Some(p) = probe_dot(next) else {
         return Probe::Neither("no stock vec_dot symbol".into());
     };
+    let chain = probe_chain(&p);
+    let mut unmatched = Vec::new();
+    let order = match next.quantize_row_q8_0.map(probe_quantizer) {
+        Some(Ok(avx)) => {
+            let order = if avx {
+                FloatOrder::Haswell
+            } else {
+                FloatOrder::X64
+            };
+            match chain {
+                Ok(fma) if fma == avx => {}
+                Ok(fma) => unmatched.push((
+                    p.name,
+                    format!(
+                        "its chain is {} while quantize_row_q8_0 follows {}",
+                        if fma { "fused" } else { "unfused" },
+                        order.name()
+                    ),
+                )),
+                Err(why) => unmatched.push((p.name, why)),
+            }
+            order
+        }
+        Some(Err(why)) => return Probe::Neither(why),
+        // A library with the fork's vec_dot but no quantizer to check: the chain decides.
+        None => match chain {
+            Ok(true) => FloatOrder::Haswell,
+            Ok(false) => FloatOrder::X64,
+            Err(why) => return Probe::Neither(why),
+        },
+    };
+    if let Err(why) = probe_q1_0(next, order) {
+        unmatched.push(("ggml_vec_dot_q1_0_q8_0", why));
+    }
+    Probe::Order(order, unmatched)
+}
+
+/// Whether the stock vec_dot `p` follows the FMA chain (`true`) or the unfused one (`false`), run on inputs
+/// where the two disagree; an error names a result that follows neither, or a mix.
+fn probe_chain(p: &ProbeDot) -> Result<bool, String> {
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let (mut fma, mut unfused, mut tries) = (0, 0, 0);
     const ROW: usize = 512;
@@ -472,49 +527,36 @@ fn probe_order(next: &Next) -> Probe {
         } else if s.to_bits() == b.to_bits() {
             unfused += 1;
         } else {
-            return Probe::Neither(format!(
+            return Err(format!(
                 "{} gave {s:e}, models {a:e} (FMA) and {b:e} (unfused)",
                 p.name
             ));
         }
     }
-    let dot_fma = match (fma, unfused) {
-        (f, 0) if f > 0 => true,
-        (0, u) if u > 0 => false,
-        _ => {
-            return Probe::Neither(format!(
-                "vec_dot followed FMA {fma} times and the unfused chain {unfused}"
-            ))
-        }
-    };
-    let Some(quant) = next.quantize_row_q8_0 else {
-        // A library with the fork's vec_dot but no quantizer to check: the chain decides.
-        return Probe::Order(if dot_fma {
-            FloatOrder::Haswell
-        } else {
-            FloatOrder::X64
-        });
-    };
+    match (fma, unfused) {
+        (f, 0) if f > 0 => Ok(true),
+        (0, u) if u > 0 => Ok(false),
+        _ => Err(format!(
+            "{} followed FMA {fma} times and the unfused chain {unfused}",
+            p.name
+        )),
+    }
+}
+
+/// Whether the stock `quantize_row_q8_0` rounds ties to even (the AVX path: `true`) or away from zero (the
+/// reference: `false`); an error where it does neither.
+fn probe_quantizer(quant: QuantizeRowFn) -> Result<bool, String> {
     // max = 127 gives id = 1 in both quantizers, so k + 0.5 values are ties: even (AVX path) or away (reference).
     let x: [f32; 32] = std::array::from_fn(|j| if j == 0 { 127.0 } else { j as f32 - 16.5 });
     let mut got = BlockQ8_0::default();
     // SAFETY: the stock symbol has ggml's quantize signature; 32 floats in, one block out.
     unsafe { quant(x.as_ptr(), &mut got as *mut BlockQ8_0 as *mut c_void, 32) };
-    let quant_avx = if got == quantize_block_q8_0_avx_model(&x) {
-        true
+    if got == quantize_block_q8_0_avx_model(&x) {
+        Ok(true)
     } else if got == quantize_block_q8_0_ref_model(&x) {
-        false
+        Ok(false)
     } else {
-        return Probe::Neither("quantize_row_q8_0 matches neither quantizer".into());
-    };
-    let order = match (dot_fma, quant_avx) {
-        (true, true) => FloatOrder::Haswell,
-        (false, false) => FloatOrder::X64,
-        _ => return Probe::Neither(format!("FMA chain: {dot_fma}, AVX quantizer: {quant_avx}")),
-    };
-    match probe_q1_0(next, order) {
-        Ok(()) => Probe::Order(order),
-        Err(why) => Probe::Neither(why),
+        Err("quantize_row_q8_0 matches neither quantizer".into())
     }
 }
 
@@ -573,8 +615,7 @@ fn probe_q1_0(next: &Next, order: FloatOrder) -> Result<(), String> {
         };
         if s.to_bits() != want.to_bits() {
             return Err(format!(
-                "ggml_vec_dot_q1_0_q8_0 gave {s:e}, the {} model {want:e} (Q2_0 and the quantizer follow {})",
-                order.name(),
+                "ggml_vec_dot_q1_0_q8_0 gave {s:e}, the {} model {want:e}",
                 order.name()
             ));
         }
@@ -1031,9 +1072,9 @@ fn agreement_blocks<B: VecDotEntry>(state: &mut u64) -> Vec<u8> {
 }
 
 /// Decides once, into `agrees`, whether our `what` (kernel, quantizer or dequantizer) may serve `symbol` in
-/// front of its `stock` one: yes, unless the float order was probed (`Config::probed`), the stock symbol exists,
-/// and `first_difference` names a row of the agreement check where the two give other bits; such a symbol is
-/// named on stderr, once.
+/// front of its `stock` one: yes, unless the probe found its kernel unmatched (`Config::unmatched`), or the float
+/// order was probed (`Config::probed`), the stock symbol exists, and `first_difference` names a row of the
+/// agreement check where the two give other bits; such a symbol is named on stderr, once.
 fn decide_agreement<F>(
     agrees: &OnceLock<bool>,
     c: &Config,
@@ -1043,6 +1084,14 @@ fn decide_agreement<F>(
     first_difference: impl FnOnce(F) -> Option<String>,
 ) -> bool {
     *agrees.get_or_init(|| {
+        if let Some((_, why)) = c.unmatched.iter().find(|(name, _)| *name == symbol) {
+            crate::process::log_line(&format!(
+                "{symbol}: the stock kernel follows neither modelled float order of the {} build ({why}); its \
+                 calls and whole products are passed to stock, the other formats are served",
+                c.kernels.order.name()
+            ));
+            return false;
+        }
         let Some(why) = stock.filter(|_| c.probed).and_then(first_difference) else {
             return true;
         };

@@ -175,6 +175,89 @@ fn a_ggml_version_the_hook_does_not_know_gets_vec_dot_interposition_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A stock Q2_0 kernel in an order the library does not model (as ggml ≥ 0.27.0's own AVX2 kernel is; the
+/// stand-in `tests/c/fake_q2_0_order.c` flips the real result's lowest bit): whole Q2_0 products stay with
+/// ggml and its kernel, while the hook stays on for the formats that keep the modelled bits. The text is the
+/// one that kernel gives without the library.
+#[test]
+fn a_q2_0_kernel_in_another_order_keeps_its_whole_products_with_stock() {
+    let dir = scratch("q2order");
+    let fake = dir.join("libfake_q2_0_order.so");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    cc(
+        &[
+            "-shared".into(),
+            "-fPIC".into(),
+            "-O2".into(),
+            root.join("tests/c/fake_q2_0_order.c").display().to_string(),
+        ],
+        &fake,
+    );
+    let model = tiny_model(&dir);
+    let tools = e2e::tools_dir("haswell").expect("stock haswell build");
+    let args = e2e::completion_args(&model, 2, 8);
+    let fake_path = fake.display().to_string();
+    let alone = e2e::run_tool(
+        &tools,
+        "llama-completion",
+        &args,
+        Some(Preload {
+            lib: None,
+            env: &[("LD_PRELOAD", &fake_path)],
+        }),
+        false,
+    )
+    .expect("run with the fake kernel alone");
+    let preload = format!("{}:{}", lib().display(), fake.display());
+    let ours = e2e::run_tool(
+        &tools,
+        "llama-completion",
+        &args,
+        Some(Preload {
+            lib: None,
+            env: &[("LD_PRELOAD", &preload)],
+        }),
+        false,
+    )
+    .expect("preloaded run");
+    assert_eq!(alone.stdout, ours.stdout, "{}", ours.stderr);
+    assert!(
+        ours.stderr.contains(
+            "ggml_vec_dot_q2_0_q8_0: the stock kernel follows neither modelled float order of the haswell build"
+        ),
+        "{}",
+        ours.stderr
+    );
+    // The formats the hook takes: "mul_mat hook on (ggml V): A, B products through …".
+    let taken = |run: &e2e::ToolRun| -> Vec<String> {
+        let line = run
+            .stderr
+            .lines()
+            .find(|l| l.contains("mul_mat hook on"))
+            .unwrap_or_else(|| panic!("hook off: {}", run.stderr));
+        let list = line
+            .split("): ")
+            .nth(1)
+            .unwrap()
+            .split(" products")
+            .next()
+            .unwrap();
+        list.split(", ").map(str::to_string).collect()
+    };
+    assert!(
+        !taken(&ours).contains(&"Q2_0".to_string()),
+        "{}",
+        ours.stderr
+    );
+    let plain = completion_with(e2e::WITH_HOOK);
+    assert!(
+        taken(&plain).contains(&"Q2_0".to_string()),
+        "{}",
+        plain.stderr
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn mulmat_0_and_verify_mode_keep_the_hook_out() {
     let run = completion_with(e2e::VEC_DOT_ONLY);

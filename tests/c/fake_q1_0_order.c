@@ -1,7 +1,7 @@
 /* A Q1_0 dot product in an order neither modelled stock build has: the real one's result with its lowest bit
  * flipped. Preloaded after libggml_lowbit.so it is what the library's probe finds as "stock" Q1_0, while Q2_0
- * and the quantizer are the real stock's (tests/preload.rs): the library must then say that the stock library
- * follows neither modelled order and pass every call to stock. */
+ * and the quantizer are the real stock's (tests/preload.rs): the library must then say that the stock Q1_0
+ * follows neither modelled order and pass Q1_0 alone to stock. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stddef.h>

@@ -1,0 +1,20 @@
+/* A Q2_0 dot product in an order neither modelled build has, as ggml >= 0.27.0's own AVX2 kernel is: the real
+ * one's result with its lowest bit flipped. Preloaded after libggml_lowbit.so it is the "stock" Q2_0 the
+ * library's probe finds, while the quantizer and every other format are the real stock's (tests/preload.rs):
+ * the library must pass Q2_0 alone to stock and serve the rest in the order the quantizer shows. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stddef.h>
+#include <string.h>
+
+typedef void (*vec_dot_fn)(int, float *, size_t, const void *, size_t, const void *, size_t, int);
+
+void ggml_vec_dot_q2_0_q8_0(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by,
+                            int nrc) {
+    vec_dot_fn real = (vec_dot_fn) dlsym(RTLD_NEXT, "ggml_vec_dot_q2_0_q8_0");
+    unsigned bits;
+    real(n, s, bs, vx, bx, vy, by, nrc);
+    memcpy(&bits, s, sizeof bits);
+    bits ^= 1u;
+    memcpy(s, &bits, sizeof bits);
+}
