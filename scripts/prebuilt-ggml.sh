@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Fetch a prebuilt ggml from the package registries into the cache (no compiling):
+#
+#   scripts/prebuilt-ggml.sh debian-libggml0-0.27.0
+#
+# debian-libggml0-0.27.0 is Debian's libggml0 0.27.0-1~bpo13+1 (trixie-backports: ggml 0.27.0 with its CPU
+# backend in 14 variants, dlopened from ggml/backends0/), with trixie's libc6, libstdc++6, libgcc-s1 and libgomp1:
+# it needs glibc 2.38, newer than this machine's, so its programs run through trixie's loader,
+#   ROOT/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path ROOT/usr/lib/x86_64-linux-gnu:... PROGRAM
+# The packages are downloaded with apt-get under a private configuration (this machine's apt is untouched) and
+# checked against Debian's archive keyring, then unpacked with dpkg-deb.
+#
+# Prints, as its last line on stdout, ROOT (the unpacked tree). Idempotent; cache: $GGML_LOWBIT_CACHE_DIR/prebuilt
+# (default ~/.cache/ggml-lowbit/prebuilt). Everything else goes to stderr.
+set -euo pipefail
+
+die() { echo "prebuilt-ggml.sh: $*" >&2; exit 2; }
+
+name=${1:-}
+case "$name" in
+  debian-libggml0-0.27.0)
+    packages=(libggml0=0.27.0-1~bpo13+1 libc6 libstdc++6 libgcc-s1 libgomp1) ;;
+  *) die "usage: scripts/prebuilt-ggml.sh debian-libggml0-0.27.0" ;;
+esac
+
+root_dir=${GGML_LOWBIT_CACHE_DIR:-$HOME/.cache/ggml-lowbit}/prebuilt
+out="$root_dir/$name"
+if [ -f "$out/.complete" ]; then
+  echo "prebuilt $name: cached ($out)" >&2
+  echo "$out"
+  exit 0
+fi
+command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || die "needs apt-get and dpkg-deb (Debian)"
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+[ -f "$keyring" ] || die "no Debian archive keyring at $keyring"
+mkdir -p "$root_dir"
+exec 9>"$root_dir/.lock"
+flock 9
+
+apt_root="$root_dir/apt"
+mkdir -p "$apt_root"/etc/apt/{apt.conf.d,preferences.d,sources.list.d} "$apt_root"/var/lib/apt/lists/partial \
+  "$apt_root"/var/cache/apt/archives/partial
+cat >"$apt_root/etc/apt/sources.list" <<LIST
+deb [signed-by=$keyring] http://deb.debian.org/debian trixie main
+deb [signed-by=$keyring] http://deb.debian.org/debian trixie-backports main
+LIST
+cat >"$apt_root/apt.conf" <<CONF
+Dir::Etc "$apt_root/etc/apt";
+Dir::State "$apt_root/var/lib/apt";
+Dir::Cache "$apt_root/var/cache/apt";
+Dir::Etc::SourceList "$apt_root/etc/apt/sources.list";
+Dir::Etc::SourceParts "$apt_root/etc/apt/sources.list.d";
+Dir::Etc::PreferencesParts "$apt_root/etc/apt/preferences.d";
+APT::Architecture "amd64";
+Acquire::Languages "none";
+CONF
+log="$root_dir/$name.log"
+echo "prebuilt $name: downloading ${packages[*]} (log: $log)" >&2
+dl="$root_dir/$name.debs"
+rm -rf "$dl" "$out.tmp"
+mkdir -p "$dl" "$out.tmp"
+if ! (export APT_CONFIG="$apt_root/apt.conf"; apt-get update -qq && cd "$dl" && apt-get download -qq "${packages[@]}") \
+  >"$log" 2>&1; then
+  tail -n 20 "$log" >&2
+  die "apt-get download failed (log: $log)"
+fi
+for deb in "$dl"/*.deb; do dpkg-deb -x "$deb" "$out.tmp"; done
+[ -x "$out.tmp/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" ] || die "no loader in the unpacked libc6"
+rm -rf "$out" "$dl"
+mv "$out.tmp" "$out"
+touch "$out/.complete"
+echo "$out"

@@ -1,0 +1,106 @@
+/* A host for one ggml CPU backend module, as a release llama.cpp loads it (dlopen, RTLD_LOCAL): it calls each
+ * low-bit vec_dot twice on the same random rows, once through the process's global scope (where a preloaded
+ * libggml_lowbit.so defines it, as the module's own relocations bind it) and once as the module's own
+ * definition (stock), and counts results whose bits differ.
+ *
+ *   vec_dot_host MODULE CASES      prints "SYMBOL: N cases, M mismatches" per symbol; exit 1 on a mismatch */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*vec_dot_fn)(int, float *, size_t, const void *, size_t, const void *, size_t, int);
+
+static uint64_t state = 0x9e3779b97f4a7c15ull;
+static uint64_t next(void) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+}
+
+/* q8_0 activations: an f16 scale and 32 quants per block. */
+static void fill_q8_0(uint8_t *y, int n) {
+    for (int b = 0; b < n / 32; b++) {
+        uint16_t d = 0x2800 + next() % 0x1400;
+        memcpy(y + 34 * b, &d, 2);
+        for (int j = 0; j < 32; j++) y[34 * b + 2 + j] = (uint8_t) next();
+    }
+}
+
+/* q8_K activations: an f32 scale, 256 quants and their 16 sums per block, as ggml's quantizer writes them. */
+static void fill_q8_k(uint8_t *y, int n) {
+    for (int b = 0; b < n / 256; b++) {
+        uint8_t *blk = y + 292 * b;
+        float d = (float) (1 + next() % 1000) * 1e-4f;
+        memcpy(blk, &d, 4);
+        for (int j = 0; j < 256; j++) blk[4 + j] = (uint8_t) next();
+        for (int g = 0; g < 16; g++) {
+            int16_t sum = 0;
+            for (int j = 0; j < 16; j++) sum += (int8_t) blk[4 + 16 * g + j];
+            memcpy(blk + 260 + 2 * g, &sum, 2);
+        }
+    }
+}
+
+struct format {
+    const char *symbol;
+    int weights, block_bytes, scale_at, q8_k;
+};
+
+static const struct format formats[] = {
+    {"ggml_vec_dot_q2_0_q8_0", 64, 18, 0, 0},     {"ggml_vec_dot_q1_0_q8_0", 128, 18, 0, 0},
+    {"ggml_vec_dot_tq2_0_q8_K", 256, 66, 64, 1},  {"ggml_vec_dot_tq1_0_q8_K", 256, 54, 52, 1},
+    {"ggml_vec_dot_iq2_xxs_q8_K", 256, 66, 0, 1}, {"ggml_vec_dot_iq2_xs_q8_K", 256, 74, 0, 1},
+    {"ggml_vec_dot_iq2_s_q8_K", 256, 82, 0, 1},   {"ggml_vec_dot_iq3_xxs_q8_K", 256, 98, 0, 1},
+    {"ggml_vec_dot_iq3_s_q8_K", 256, 110, 0, 1},
+};
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: vec_dot_host MODULE CASES\n");
+        return 2;
+    }
+    void *module = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!module) {
+        fprintf(stderr, "vec_dot_host: %s\n", dlerror());
+        return 2;
+    }
+    void (*cpu_init)(void) = (void (*)(void)) dlsym(module, "ggml_cpu_init");
+    if (cpu_init) cpu_init();
+    long cases = atol(argv[2]);
+    int failed = 0;
+    enum { MAX_BLOCKS = 8 };
+    static uint8_t x[MAX_BLOCKS * 256 / 64 * 110], y[MAX_BLOCKS * 292 * 8];
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        const struct format *fmt = &formats[f];
+        vec_dot_fn stock = (vec_dot_fn) dlsym(module, fmt->symbol);
+        vec_dot_fn global = (vec_dot_fn) dlsym(RTLD_DEFAULT, fmt->symbol);
+        if (!stock || !global) {
+            printf("%s: not in this ggml\n", fmt->symbol);
+            continue;
+        }
+        long bad = 0;
+        for (long c = 0; c < cases; c++) {
+            int blocks = 1 + next() % MAX_BLOCKS;
+            int n = blocks * fmt->weights;
+            for (int b = 0; b < blocks; b++) {
+                uint8_t *blk = x + b * fmt->block_bytes;
+                for (int j = 0; j < fmt->block_bytes; j++) blk[j] = (uint8_t) next();
+                uint16_t d = 0x2000 + next() % 0x1800;
+                memcpy(blk + fmt->scale_at, &d, 2);
+            }
+            if (fmt->q8_k) fill_q8_k(y, n); else fill_q8_0(y, n);
+            float a = 0, s = 0;
+            global(n, &a, 0, x, 0, y, 0, 1);
+            stock(n, &s, 0, x, 0, y, 0, 1);
+            bad += memcmp(&a, &s, sizeof a) != 0;
+        }
+        printf("%s: %ld cases, %ld mismatches\n", fmt->symbol, cases, bad);
+        failed |= bad != 0;
+    }
+    fflush(stdout);
+    return failed;
+}
