@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Fetch a prebuilt ggml from the package registries into the cache (no compiling):
 #
-#   scripts/prebuilt-ggml.sh debian-libggml0-0.27.0
+#   scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|node-llama-cpp-3.22.1
 #
+# node-llama-cpp-3.22.1 is the CPU package of node-llama-cpp 3.22.1 (`npm pack @node-llama-cpp/linux-x64@3.22.1`:
+# ggml 0.25.1, its CPU backend in 14 variants beside libggml-base.so in bins/linux-x64/; glibc 2.34 suffices).
 # debian-libggml0-0.27.0 is Debian's libggml0 0.27.0-1~bpo13+1 (trixie-backports: ggml 0.27.0 with its CPU
 # backend in 14 variants, dlopened from ggml/backends0/), with trixie's libc6, libstdc++6, libgcc-s1 and libgomp1:
 # it needs glibc 2.38, newer than this machine's, so its programs run through trixie's loader,
@@ -20,7 +22,9 @@ name=${1:-}
 case "$name" in
   debian-libggml0-0.27.0)
     packages=(libggml0=0.27.0-1~bpo13+1 libc6 libstdc++6 libgcc-s1 libgomp1) ;;
-  *) die "usage: scripts/prebuilt-ggml.sh debian-libggml0-0.27.0" ;;
+  node-llama-cpp-3.22.1)
+    npm_package=@node-llama-cpp/linux-x64@3.22.1 ;;
+  *) die "usage: scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|node-llama-cpp-3.22.1" ;;
 esac
 
 root_dir=${GGML_LOWBIT_CACHE_DIR:-$HOME/.cache/ggml-lowbit}/prebuilt
@@ -30,12 +34,32 @@ if [ -f "$out/.complete" ]; then
   echo "$out"
   exit 0
 fi
-command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || die "needs apt-get and dpkg-deb (Debian)"
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-[ -f "$keyring" ] || die "no Debian archive keyring at $keyring"
 mkdir -p "$root_dir"
 exec 9>"$root_dir/.lock"
 flock 9
+log="$root_dir/$name.log"
+
+if [ -n "${npm_package:-}" ]; then
+  command -v npm >/dev/null || die "needs npm (Node.js)"
+  echo "prebuilt $name: downloading $npm_package (log: $log)" >&2
+  rm -rf "$out" "$out.tmp"
+  mkdir -p "$out.tmp"
+  if ! (cd "$out.tmp" && npm pack --silent "$npm_package") >"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    die "npm pack $npm_package failed (log: $log)"
+  fi
+  tar -xzf "$out.tmp"/*.tgz -C "$out.tmp"
+  rm -f "$out.tmp"/*.tgz
+  [ -f "$out.tmp/package/bins/linux-x64/libggml-base.so" ] || die "no bins/linux-x64/libggml-base.so in $npm_package"
+  mv "$out.tmp" "$out"
+  touch "$out/.complete"
+  echo "$out"
+  exit 0
+fi
+
+command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || die "needs apt-get and dpkg-deb (Debian)"
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+[ -f "$keyring" ] || die "no Debian archive keyring at $keyring"
 
 apt_root="$root_dir/apt"
 mkdir -p "$apt_root"/etc/apt/{apt.conf.d,preferences.d,sources.list.d} "$apt_root"/var/lib/apt/lists/partial \
@@ -54,7 +78,6 @@ Dir::Etc::PreferencesParts "$apt_root/etc/apt/preferences.d";
 APT::Architecture "amd64";
 Acquire::Languages "none";
 CONF
-log="$root_dir/$name.log"
 echo "prebuilt $name: downloading ${packages[*]} (log: $log)" >&2
 dl="$root_dir/$name.debs"
 rm -rf "$dl" "$out.tmp"

@@ -1,15 +1,107 @@
-//! The library preloaded over a prebuilt ggml from the package registries, as its users get it: Debian's
-//! libggml0 0.27.0 (`scripts/prebuilt-ggml.sh`), whose CPU backend is dlopened per CPU variant and whose Q2_0 has
-//! a kernel of its own in an order the library does not model. Its programs need glibc 2.38, so the host runs
-//! through trixie's loader from the same fetch. `tests/c/vec_dot_host.c` loads one variant as a release
-//! llama.cpp does and compares every low-bit vec_dot, as ggml's own relocations reach it (the preload) against
-//! the module's own definition, bit for bit.
+//! The library preloaded over prebuilt ggml builds from the package registries, as their users get them
+//! (`scripts/prebuilt-ggml.sh`): Debian's libggml0 0.27.0, whose Q2_0 has a kernel of its own in an order the
+//! library does not model and whose programs need glibc 2.38 (so the host runs through trixie's loader from the
+//! same fetch), and node-llama-cpp 3.22.1's CPU binaries (ggml 0.25.1). `tests/c/vec_dot_host.c` loads one CPU
+//! variant as a release llama.cpp does and compares every low-bit vec_dot, as ggml's own relocations reach it
+//! (the preload) against the module's own definition, bit for bit.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const CASES: &str = "20000";
 const SYMBOLS: usize = 9;
+const Q2_0: &str = "ggml_vec_dot_q2_0_q8_0";
+const Q1_0: &str = "ggml_vec_dot_q1_0_q8_0";
+
+/// A prebuilt build: its name for `scripts/prebuilt-ggml.sh`, where its CPU modules and libraries lie in the
+/// fetched tree, and whether it needs the fetched loader.
+struct Prebuilt {
+    name: &'static str,
+    lib_dir: &'static str,
+    module_dir: &'static str,
+    own_loader: bool,
+    variants: &'static [Variant],
+}
+
+/// One CPU variant and what the library must find in it: the probed order, the vec_dot symbols whose kernels
+/// follow neither modelled order (passed alone), and how many of the nine it serves when it may serve all.
+struct Variant {
+    name: &'static str,
+    order: &'static str,
+    unmatched: &'static [&'static str],
+    served: usize,
+}
+
+const PREBUILT: [Prebuilt; 2] = [
+    Prebuilt {
+        name: "debian-libggml0-0.27.0",
+        lib_dir: "usr/lib/x86_64-linux-gnu",
+        module_dir: "usr/lib/x86_64-linux-gnu/ggml/backends0",
+        own_loader: true,
+        variants: &[
+            // 0.27.0's own AVX2 Q2_0 kernel: Q2_0 alone goes to stock.
+            Variant {
+                name: "haswell",
+                order: "haswell",
+                unmatched: &[Q2_0],
+                served: 8,
+            },
+            Variant {
+                name: "x64",
+                order: "x64",
+                unmatched: &[],
+                served: 9,
+            },
+            // SSSE3 Q1_0 kernel, neither model's.
+            Variant {
+                name: "sse42",
+                order: "x64",
+                unmatched: &[Q1_0],
+                served: 8,
+            },
+            // AVX without FMA: the AVX quantizer with unfused chains, a build neither model describes; every
+            // symbol is named and keeps stock's kernel.
+            Variant {
+                name: "sandybridge",
+                order: "haswell",
+                unmatched: &[Q2_0, Q1_0],
+                served: 0,
+            },
+        ],
+    },
+    Prebuilt {
+        name: "node-llama-cpp-3.22.1",
+        lib_dir: "package/bins/linux-x64",
+        module_dir: "package/bins/linux-x64",
+        own_loader: false,
+        variants: &[
+            Variant {
+                name: "haswell",
+                order: "haswell",
+                unmatched: &[],
+                served: 9,
+            },
+            Variant {
+                name: "x64",
+                order: "x64",
+                unmatched: &[],
+                served: 9,
+            },
+            Variant {
+                name: "sse42",
+                order: "x64",
+                unmatched: &[Q1_0],
+                served: 8,
+            },
+            Variant {
+                name: "sandybridge",
+                order: "haswell",
+                unmatched: &[Q2_0, Q1_0],
+                served: 0,
+            },
+        ],
+    },
+];
 
 fn library() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
@@ -18,13 +110,13 @@ fn library() -> PathBuf {
         .join("libggml_lowbit.so")
 }
 
-fn debian_0_27_0() -> PathBuf {
+fn fetch(build: &Prebuilt) -> PathBuf {
     ggml_lowbit::stock::run_build_script(
         "prebuilt-ggml.sh",
-        "debian-libggml0-0.27.0",
-        "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+        build.name,
+        &format!("{}/libggml-cpu-x64.so", build.module_dir),
     )
-    .expect("Debian's libggml0 0.27.0 (scripts/prebuilt-ggml.sh)")
+    .unwrap_or_else(|e| panic!("{} (scripts/prebuilt-ggml.sh): {e}", build.name))
 }
 
 fn host(dir: &Path) -> PathBuf {
@@ -42,35 +134,51 @@ fn host(dir: &Path) -> PathBuf {
     exe
 }
 
-/// The host over `variant`'s module, run through trixie's loader with the library preloaded and `env` set.
-fn run(root: &Path, host: &Path, variant: &str, env: &[(&str, &str)]) -> (Output, String) {
-    let lib = root.join("usr/lib/x86_64-linux-gnu");
-    let mut cmd = Command::new(lib.join("ld-linux-x86-64.so.2"));
-    cmd.arg("--library-path")
-        .arg(format!("{}:/usr/lib/x86_64-linux-gnu", lib.display()))
-        .arg("--preload")
-        .arg(library())
-        .arg(host)
-        .arg(lib.join(format!("ggml/backends0/libggml-cpu-{variant}.so")))
-        .arg(CASES);
+/// The host over `variant`'s module of `build` (fetched into `root`), with the library preloaded and `env`
+/// set; through the fetched loader where the build needs it.
+fn run(
+    build: &Prebuilt,
+    root: &Path,
+    host: &Path,
+    variant: &str,
+    env: &[(&str, &str)],
+) -> (Output, String) {
+    let lib = root.join(build.lib_dir);
+    let module = root
+        .join(build.module_dir)
+        .join(format!("libggml-cpu-{variant}.so"));
+    let mut cmd = if build.own_loader {
+        let mut cmd = Command::new(lib.join("ld-linux-x86-64.so.2"));
+        cmd.arg("--library-path")
+            .arg(format!("{}:/usr/lib/x86_64-linux-gnu", lib.display()))
+            .arg("--preload")
+            .arg(library())
+            .arg(host);
+        cmd.env_remove("LD_PRELOAD");
+        cmd
+    } else {
+        let mut cmd = Command::new(host);
+        cmd.env("LD_PRELOAD", library());
+        cmd
+    };
+    cmd.arg(module).arg(CASES);
     for var in [
         "GGML_LOWBIT_MATCH",
         "GGML_LOWBIT_ISA",
         "GGML_LOWBIT_VERIFY",
         "GGML_LOWBIT_DISABLE",
         "GGML_LOWBIT_SERVE_ALL",
-        "LD_PRELOAD",
     ] {
         cmd.env_remove(var);
     }
     cmd.env("GGML_LOWBIT_LOG", "1").envs(env.iter().copied());
-    let out = cmd.output().expect("run the host through trixie's loader");
+    let out = cmd.output().expect("run the host");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    println!("{variant} {env:?}:\n{text}");
+    println!("{} {variant} {env:?}:\n{text}", build.name);
     (out, text)
 }
 
@@ -86,59 +194,67 @@ fn served(text: &str) -> u64 {
         .unwrap_or_else(|| panic!("no count in {line:?}"))
 }
 
-/// The variants this CPU can run: x64 always, haswell with AVX2, FMA, F16C and BMI2 (the others need AVX-512 or
-/// AMX and are for machines that have them).
-fn variants() -> Vec<&'static str> {
-    let mut v = vec!["x64"];
-    if std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-        && std::arch::is_x86_feature_detected!("f16c")
-        && std::arch::is_x86_feature_detected!("bmi2")
-    {
-        v.push("haswell");
-    } else {
-        println!("SKIPPED the haswell variant: this CPU lacks AVX2, FMA, F16C or BMI2");
+/// Whether this CPU runs `variant`'s module (each needs the instruction sets it was compiled for).
+fn runs_here(variant: &str) -> bool {
+    use std::arch::is_x86_feature_detected as has;
+    match variant {
+        "x64" => true,
+        "sse42" => has!("sse4.2"),
+        "sandybridge" => has!("avx"),
+        "haswell" => has!("avx2") && has!("fma") && has!("f16c") && has!("bmi2"),
+        _ => false,
     }
-    v
 }
 
 #[test]
-fn over_debian_libggml0_0_27_0_every_vec_dot_keeps_its_bits_and_only_q2_0_is_left_to_stock() {
-    let root = debian_0_27_0();
+fn over_prebuilt_builds_every_vec_dot_keeps_its_bits_and_unmodelled_kernels_go_to_stock_alone() {
     let dir = std::env::temp_dir().join(format!("ggml-lowbit-prebuilt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let host = host(&dir);
-    for variant in variants() {
-        // Every symbol ours can serve is served, so its bits are compared whatever the faster kernel here.
-        for env in [&[("GGML_LOWBIT_SERVE_ALL", "1")][..], &[]] {
-            let (out, text) = run(&root, &host, variant, env);
-            assert!(out.status.success(), "{variant} {env:?}: {text}");
-            let lines: Vec<&str> = text.lines().filter(|l| l.contains(" cases, ")).collect();
-            assert_eq!(lines.len(), SYMBOLS, "{text}");
-            assert!(
-                lines.iter().all(|l| l.ends_with(", 0 mismatches")),
-                "{text}"
-            );
-            let order = if variant == "x64" { "x64" } else { "haswell" };
-            assert!(
-                text.contains(&format!(
-                    "float order {order} (probed against the stock library)"
-                )),
-                "{text}"
-            );
-            // 0.27.0's AVX2 Q2_0 kernel has its own order; its x64 variant keeps the generic C, modelled.
-            let q2_named =
-                text.contains("ggml_vec_dot_q2_0_q8_0: the stock kernel follows neither");
-            assert_eq!(q2_named, variant != "x64", "{text}");
-            assert!(!text.contains("every call is passed to stock"), "{text}");
-            if !env.is_empty() {
-                let all: u64 = CASES.parse().unwrap();
-                let want = if variant == "x64" {
-                    SYMBOLS
-                } else {
-                    SYMBOLS - 1
-                };
-                assert_eq!(served(&text), want as u64 * all, "{text}");
+    for build in &PREBUILT {
+        let root = fetch(build);
+        for v in build.variants {
+            if !runs_here(v.name) {
+                println!(
+                    "SKIPPED {} {}: this CPU lacks its instruction sets",
+                    build.name, v.name
+                );
+                continue;
+            }
+            // First serving every symbol ours can (so each one's bits are compared whatever kernel is faster
+            // here), then as the dispatcher chooses.
+            for env in [&[("GGML_LOWBIT_SERVE_ALL", "1")][..], &[]] {
+                let (out, text) = run(build, &root, &host, v.name, env);
+                let what = format!("{} {} {env:?}", build.name, v.name);
+                assert!(out.status.success(), "{what}: {text}");
+                let lines: Vec<&str> = text.lines().filter(|l| l.contains(" cases, ")).collect();
+                assert_eq!(lines.len(), SYMBOLS, "{what}: {text}");
+                assert!(
+                    lines.iter().all(|l| l.ends_with(", 0 mismatches")),
+                    "{what}: {text}"
+                );
+                let probed = format!("float order {} (probed against the stock library)", v.order);
+                assert!(text.contains(&probed), "{what}: {text}");
+                // A symbol is named when its first call would be served by ours: with SERVE_ALL every
+                // unmatched one; as the dispatcher chooses, only those not already passed for speed.
+                for symbol in [Q2_0, Q1_0] {
+                    let named =
+                        text.contains(&format!("{symbol}: the stock kernel follows neither"));
+                    let unmatched = v.unmatched.contains(&symbol);
+                    if env.is_empty() {
+                        assert!(!named || unmatched, "{what}: {symbol}: {text}");
+                    } else {
+                        assert_eq!(named, unmatched, "{what}: {symbol}: {text}");
+                    }
+                }
+                assert!(
+                    !text.contains("every call is passed to stock"),
+                    "{what}: {text}"
+                );
+                if !env.is_empty() {
+                    let cases: u64 = CASES.parse().unwrap();
+                    assert_eq!(served(&text), v.served as u64 * cases, "{what}: {text}");
+                }
             }
         }
     }
@@ -148,11 +264,13 @@ fn over_debian_libggml0_0_27_0_every_vec_dot_keeps_its_bits_and_only_q2_0_is_lef
 /// The comparison can fail: the other build's order, forced over a variant, gives other bits.
 #[test]
 fn the_prebuilt_comparison_catches_a_forced_wrong_order() {
-    let root = debian_0_27_0();
+    let build = &PREBUILT[0];
+    let root = fetch(build);
     let dir = std::env::temp_dir().join(format!("ggml-lowbit-prebuilt-neg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let host = host(&dir);
     let (out, text) = run(
+        build,
         &root,
         &host,
         "x64",
