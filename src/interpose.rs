@@ -81,7 +81,7 @@ pub struct Config {
     /// `GGML_LOWBIT_MATCH` or the CPU): then every symbol is also checked against its stock one before ours
     /// serves it (`VecDotSymbol::stock_agrees`).
     pub probed: bool,
-    /// The stock vec_dot symbols the probe found following neither the build's order nor any modelled one
+    /// The stock vec_dot symbols whose kernels the probe found following another order than the one served
     /// (`probe_order`), with its finding: their calls and whole products stay with stock.
     pub unmatched: Vec<(&'static str, String)>,
     pub next: Next,
@@ -387,9 +387,14 @@ struct ProbeDot {
     block_bytes: usize,
     weights: usize,
     scale_at: usize,
-    fma_model: fn(&[u8], &[u8]) -> f32,
-    nofma_model: fn(&[u8], &[u8]) -> f32,
+    fma_model: RawModel,
+    nofma_model: RawModel,
+    /// A newer ggml's own SIMD kernel for the format, where the library models one (Q2_0's in ggml ≥ 0.27.0).
+    avx2_model: Option<RawModel>,
 }
+
+/// A scalar model of a vec_dot over raw weight and activation bytes.
+type RawModel = fn(&[u8], &[u8]) -> f32;
 
 /// The first stock vec_dot this process has, in the order Q2_0 (mainline), PQ2_0, PTQ1_0 (the PrismML fork):
 /// a fork build is probed through its own formats when it lacks Q2_0.
@@ -404,6 +409,9 @@ fn probe_dot(next: &Next) -> Option<ProbeDot> {
             scale_at: 0,
             fma_model: |x, y| vec_dot_q2_0_q8_0_fma_model(blocks(x), blocks(y)),
             nofma_model: |x, y| vec_dot_q2_0_q8_0_nofma_model(blocks(x), blocks(y)),
+            avx2_model: Some(|x, y| {
+                crate::formats::q2_0::vec_dot_q2_0_q8_0_avx2_model(blocks(x), blocks(y))
+            }),
         });
     }
     if let Some(dot) = next.vec_dot_pq2_0_q8_0 {
@@ -415,6 +423,7 @@ fn probe_dot(next: &Next) -> Option<ProbeDot> {
             scale_at: 0,
             fma_model: |x, y| pq2_0::vec_dot_pq2_0_q8_0_fma_model(blocks(x), blocks(y)),
             nofma_model: |x, y| pq2_0::vec_dot_pq2_0_q8_0_nofma_model(blocks(x), blocks(y)),
+            avx2_model: None,
         });
     }
     next.vec_dot_ptq1_0_q8_0.map(|dot| ProbeDot {
@@ -425,6 +434,7 @@ fn probe_dot(next: &Next) -> Option<ProbeDot> {
         scale_at: 26,
         fma_model: |x, y| ptq1_0::vec_dot_ptq1_0_q8_0_fma_model(blocks(x), blocks(y)),
         nofma_model: |x, y| ptq1_0::vec_dot_ptq1_0_q8_0_nofma_model(blocks(x), blocks(y)),
+        avx2_model: None,
     })
 }
 
@@ -449,41 +459,74 @@ fn probe_order(next: &Next) -> Probe {
             } else {
                 FloatOrder::X64
             };
+            let neither = |why: String| {
+                format!(
+                    "the stock kernel follows neither modelled float order of the {} build ({why})",
+                    order.name()
+                )
+            };
             match chain {
-                Ok(fma) if fma == avx => {}
-                Ok(fma) => unmatched.push((
+                Ok(Chain::Fused) if avx => {}
+                Ok(Chain::Unfused) if !avx => {}
+                Ok(Chain::Avx2) => unmatched.push((
                     p.name,
-                    format!(
-                        "its chain is {} while quantize_row_q8_0 follows {}",
-                        if fma { "fused" } else { "unfused" },
-                        order.name()
-                    ),
+                    "the stock kernel is ggml ≥ 0.27.0's own AVX2 one, whose order this library models \
+                     (vec_dot_q2_0_q8_0_avx2_model) but does not serve yet"
+                        .to_string(),
                 )),
-                Err(why) => unmatched.push((p.name, why)),
+                Ok(chain) => unmatched.push((
+                    p.name,
+                    neither(format!(
+                        "its chain is {chain:?} while quantize_row_q8_0 follows {}",
+                        order.name()
+                    )),
+                )),
+                Err(why) => unmatched.push((p.name, neither(why))),
             }
             order
         }
         Some(Err(why)) => return Probe::Neither(why),
         // A library with the fork's vec_dot but no quantizer to check: the chain decides.
         None => match chain {
-            Ok(true) => FloatOrder::Haswell,
-            Ok(false) => FloatOrder::X64,
+            Ok(Chain::Fused) => FloatOrder::Haswell,
+            Ok(Chain::Unfused) => FloatOrder::X64,
+            Ok(Chain::Avx2) => {
+                return Probe::Neither(format!("{} has its own AVX2 kernel", p.name))
+            }
             Err(why) => return Probe::Neither(why),
         },
     };
     if let Err(why) = probe_q1_0(next, order) {
-        unmatched.push(("ggml_vec_dot_q1_0_q8_0", why));
+        unmatched.push((
+            "ggml_vec_dot_q1_0_q8_0",
+            format!(
+                "the stock kernel follows neither modelled float order of the {} build ({why})",
+                order.name()
+            ),
+        ));
     }
     Probe::Order(order, unmatched)
 }
 
-/// Whether the stock vec_dot `p` follows the FMA chain (`true`) or the unfused one (`false`), run on inputs
-/// where the two disagree; an error names a result that follows neither, or a mix.
-fn probe_chain(p: &ProbeDot) -> Result<bool, String> {
+/// The float order a stock vec_dot follows.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Chain {
+    /// The generic C with FMA contraction (the haswell build).
+    Fused,
+    /// The generic C, every operation rounded (the x64 build).
+    Unfused,
+    /// A newer ggml's own SIMD kernel (`ProbeDot::avx2_model`).
+    Avx2,
+}
+
+/// Which modelled chain the stock vec_dot `p` follows, run on inputs where the models disagree until exactly
+/// one has given every result; an error names a result no model gives.
+fn probe_chain(p: &ProbeDot) -> Result<Chain, String> {
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let (mut fma, mut unfused, mut tries) = (0, 0, 0);
+    let mut consistent = [true, true, p.avx2_model.is_some()];
+    let (mut decisive, mut tries) = (0, 0);
     const ROW: usize = 512;
-    while fma + unfused < 4 && tries < 4096 {
+    while (decisive < 4 || consistent.iter().filter(|&&c| c).count() > 1) && tries < 4096 {
         tries += 1;
         let mut x = vec![0u8; ROW / p.weights * p.block_bytes];
         for blk in x.chunks_exact_mut(p.block_bytes) {
@@ -503,11 +546,15 @@ fn probe_chain(p: &ProbeDot) -> Result<bool, String> {
                 *q = (s.rotate_left(5 * j as u32) ^ r.rotate_right(3 * j as u32)) as u8;
             }
         }
-        let a = (p.fma_model)(&x, &y);
-        let b = (p.nofma_model)(&x, &y);
-        if a.to_bits() == b.to_bits() {
+        let models = [
+            (p.fma_model)(&x, &y),
+            (p.nofma_model)(&x, &y),
+            p.avx2_model.map_or(f32::NAN, |m| m(&x, &y)),
+        ];
+        if models[0].to_bits() == models[1].to_bits() {
             continue;
         }
+        decisive += 1;
         let mut s = 0f32;
         // SAFETY: the stock symbol has ggml's vec_dot signature; x and y hold the blocks of ROW weights.
         unsafe {
@@ -522,22 +569,22 @@ fn probe_chain(p: &ProbeDot) -> Result<bool, String> {
                 1,
             )
         };
-        if s.to_bits() == a.to_bits() {
-            fma += 1;
-        } else if s.to_bits() == b.to_bits() {
-            unfused += 1;
-        } else {
+        for (c, m) in consistent.iter_mut().zip(models) {
+            *c &= m.to_bits() == s.to_bits();
+        }
+        if !consistent.contains(&true) {
             return Err(format!(
-                "{} gave {s:e}, models {a:e} (FMA) and {b:e} (unfused)",
-                p.name
+                "{} gave {s:e}, models {:e} (FMA) and {:e} (unfused)",
+                p.name, models[0], models[1]
             ));
         }
     }
-    match (fma, unfused) {
-        (f, 0) if f > 0 => Ok(true),
-        (0, u) if u > 0 => Ok(false),
+    match consistent {
+        [true, false, false] => Ok(Chain::Fused),
+        [false, true, false] => Ok(Chain::Unfused),
+        [false, false, true] => Ok(Chain::Avx2),
         _ => Err(format!(
-            "{} followed FMA {fma} times and the unfused chain {unfused}",
+            "{} could not be told apart from more than one model in {tries} inputs",
             p.name
         )),
     }
@@ -1086,9 +1133,7 @@ fn decide_agreement<F>(
     *agrees.get_or_init(|| {
         if let Some((_, why)) = c.unmatched.iter().find(|(name, _)| *name == symbol) {
             crate::process::log_line(&format!(
-                "{symbol}: the stock kernel follows neither modelled float order of the {} build ({why}); its \
-                 calls and whole products are passed to stock, the other formats are served",
-                c.kernels.order.name()
+                "{symbol}: {why}; its calls and whole products are passed to stock, the other formats are served"
             ));
             return false;
         }

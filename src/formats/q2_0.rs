@@ -85,6 +85,32 @@ pub fn vec_dot_q2_0_q8_0_nofma_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
     vec_dot_q2_0_q8_0_from::<false>(0.0, x, y)
 }
 
+/// ggml ≥ 0.27.0's own AVX2 `ggml_vec_dot_q2_0_q8_0` (its haswell and later x86 variants; "pattern C" beside
+/// the generic C's two chains above), read from the binaries and checked against them (`tests/prebuilt.rs`).
+/// Each half block gives eight lane sums of four products `(c − 1)·q` (weights `4l..4l+3` of the half in lane
+/// `l`), exact in i32; its scale is one rounded product `d_x·d_y`; each lane then takes
+/// `acc = fma(sum, d, acc)`, half 0 before half 1, in one of two eight-lane accumulators: even blocks in the
+/// first, odd blocks in the second. At the end the two are added lane by lane and reduced as
+/// `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
+pub fn vec_dot_q2_0_q8_0_avx2_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+    let mut acc = [[0f32; 8]; 2];
+    for (i, xb) in x.iter().enumerate() {
+        let a = &mut acc[i % 2];
+        for h in 0..2 {
+            let yb = &y[2 * i + h];
+            let d = xb.d.to_f32() * yb.d.to_f32();
+            for (l, lane) in a.iter_mut().enumerate() {
+                let sum: i32 = (4 * l..4 * l + 4)
+                    .map(|j| (code(&xb.qs, 32 * h + j) as i32 - 1) * yb.qs[j] as i32)
+                    .sum();
+                *lane = (sum as f32).mul_add(d, *lane);
+            }
+        }
+    }
+    let l: [f32; 8] = std::array::from_fn(|k| acc[0][k] + acc[1][k]);
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
 /// The model of `order`.
 pub fn vec_dot_q2_0_q8_0_model(order: crate::FloatOrder, x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
     match order {
@@ -142,8 +168,39 @@ mod tests {
         }
         let fma = vec_dot_q2_0_q8_0_fma_model(&x, &y);
         let nofma = vec_dot_q2_0_q8_0_nofma_model(&x, &y);
+        let avx2 = vec_dot_q2_0_q8_0_avx2_model(&x, &y);
         let exact: f64 = y.iter().map(|b| b.d.to_f32() as f64 * 96.0).sum();
         assert!((fma as f64 - exact).abs() < 1e-4 * exact);
         assert!((nofma as f64 - exact).abs() < 1e-4 * exact);
+        assert!((avx2 as f64 - exact).abs() < 1e-4 * exact);
+    }
+
+    /// The AVX2 model pairs every weight with its own activation and counts it once, over an odd number of
+    /// blocks (the tail block in the first accumulator): with scales that make every step exact its result is
+    /// the plain sum. (Its float order is checked against the real kernel in `tests/prebuilt.rs`.)
+    #[test]
+    fn avx2_model_lanes_and_accumulators_cover_every_weight_once() {
+        let mut x = Vec::new();
+        let mut y = Vec::new();
+        let mut want = 0f64;
+        for i in 0..3 {
+            let mut codes = [1u8; 64];
+            for (j, c) in codes.iter_mut().enumerate() {
+                *c = [0, 1, 2, 3][(j * 7 + i) % 4];
+            }
+            x.push(block(1.0, codes));
+            for h in 0..2 {
+                let mut yb = BlockQ8_0 {
+                    d: GgmlHalf::from_bits(half::f16::from_f32(0.5).to_bits()),
+                    ..Default::default()
+                };
+                for (j, q) in yb.qs.iter_mut().enumerate() {
+                    *q = (j as i8) - 16 + i as i8;
+                    want += 0.5 * ((codes[32 * h + j] as i32 - 1) * *q as i32) as f64;
+                }
+                y.push(yb);
+            }
+        }
+        assert_eq!(vec_dot_q2_0_q8_0_avx2_model(&x, &y) as f64, want);
     }
 }
