@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch a prebuilt ggml from the package registries into the cache (no compiling):
 #
-#   scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|node-llama-cpp-3.22.1
+#   scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|debian-libggml1-1.0.0|node-llama-cpp-3.22.1
 #
 # node-llama-cpp-3.22.1 is the CPU package of node-llama-cpp 3.22.1 (`npm pack @node-llama-cpp/linux-x64@3.22.1`:
 # ggml 0.25.1, its CPU backend in 14 variants beside libggml-base.so in bins/linux-x64/; glibc 2.34 suffices).
@@ -9,6 +9,8 @@
 # backend in 14 variants, dlopened from ggml/backends0/), with trixie's libc6, libstdc++6, libgcc-s1 and libgomp1:
 # it needs glibc 2.38, newer than this machine's, so its programs run through trixie's loader,
 #   ROOT/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path ROOT/usr/lib/x86_64-linux-gnu:... PROGRAM
+# debian-libggml1-1.0.0 is the same for Debian's libggml1 1.0.0-1~bpo13+1 (ggml 1.0.0, soname .so.1, the CPU
+# variants under ggml/backends1/).
 # The packages are downloaded with apt-get under a private configuration (this machine's apt is untouched) and
 # checked against Debian's archive keyring, then unpacked with dpkg-deb.
 #
@@ -22,9 +24,11 @@ name=${1:-}
 case "$name" in
   debian-libggml0-0.27.0)
     packages=(libggml0=0.27.0-1~bpo13+1 libc6 libstdc++6 libgcc-s1 libgomp1) ;;
+  debian-libggml1-1.0.0)
+    packages=(libggml1=1.0.0-1~bpo13+1 libc6 libstdc++6 libgcc-s1 libgomp1) ;;
   node-llama-cpp-3.22.1)
     npm_package=@node-llama-cpp/linux-x64@3.22.1 ;;
-  *) die "usage: scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|node-llama-cpp-3.22.1" ;;
+  *) die "usage: scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|debian-libggml1-1.0.0|node-llama-cpp-3.22.1" ;;
 esac
 
 root_dir=${GGML_LOWBIT_CACHE_DIR:-$HOME/.cache/ggml-lowbit}/prebuilt

@@ -1,7 +1,7 @@
 //! The library preloaded over prebuilt ggml builds from the package registries, as their users get them
-//! (`scripts/prebuilt-ggml.sh`): Debian's libggml0 0.27.0, whose Q2_0 has a kernel of its own in an order the
-//! library does not model and whose programs need glibc 2.38 (so the host runs through trixie's loader from the
-//! same fetch), and node-llama-cpp 3.22.1's CPU binaries (ggml 0.25.1). `tests/c/vec_dot_host.c` loads one CPU
+//! (`scripts/prebuilt-ggml.sh`): Debian's libggml0 0.27.0 and libggml1 1.0.0, whose Q2_0 has a kernel of its own
+//! in another order and whose programs need glibc 2.38 (so the host runs through trixie's loader from the same
+//! fetch), and node-llama-cpp 3.22.1's CPU binaries (ggml 0.25.1). `tests/c/vec_dot_host.c` loads one CPU
 //! variant as a release llama.cpp does and compares every low-bit vec_dot, as ggml's own relocations reach it
 //! (the preload) against the module's own definition, bit for bit.
 
@@ -32,7 +32,7 @@ struct Variant {
     served: usize,
 }
 
-const PREBUILT: [Prebuilt; 2] = [
+const PREBUILT: [Prebuilt; 3] = [
     Prebuilt {
         name: "debian-libggml0-0.27.0",
         lib_dir: "usr/lib/x86_64-linux-gnu",
@@ -61,6 +61,38 @@ const PREBUILT: [Prebuilt; 2] = [
             },
             // AVX without FMA: the AVX quantizer with unfused chains, a build neither model describes; every
             // symbol is named and keeps stock's kernel.
+            Variant {
+                name: "sandybridge",
+                order: "haswell",
+                unmatched: &[Q2_0, Q1_0],
+                served: 0,
+            },
+        ],
+    },
+    Prebuilt {
+        name: "debian-libggml1-1.0.0",
+        lib_dir: "usr/lib/x86_64-linux-gnu",
+        module_dir: "usr/lib/x86_64-linux-gnu/ggml/backends1",
+        own_loader: true,
+        variants: &[
+            Variant {
+                name: "haswell",
+                order: "haswell",
+                unmatched: &[Q2_0],
+                served: 8,
+            },
+            Variant {
+                name: "x64",
+                order: "x64",
+                unmatched: &[],
+                served: 9,
+            },
+            Variant {
+                name: "sse42",
+                order: "x64",
+                unmatched: &[Q1_0],
+                served: 8,
+            },
             Variant {
                 name: "sandybridge",
                 order: "haswell",
@@ -253,6 +285,11 @@ fn over_prebuilt_builds_every_vec_dot_keeps_its_bits_and_unmodelled_kernels_go_t
                 if !env.is_empty() {
                     let cases: u64 = CASES.parse().unwrap();
                     assert_eq!(served(&text), v.served as u64 * cases, "{what}: {text}");
+                    // The newest ggml's own Q2_0 kernel is recognised as the order the library models for it.
+                    let recognised =
+                        "ggml_vec_dot_q2_0_q8_0: the stock kernel is ggml ≥ 0.27.0's own AVX2 one";
+                    let want = build.name.starts_with("debian-") && v.name == "haswell";
+                    assert_eq!(text.contains(recognised), want, "{what}: {text}");
                 }
             }
         }
@@ -290,56 +327,59 @@ fn the_prebuilt_comparison_catches_a_forced_wrong_order() {
 /// The variable that makes `q2_0_avx2_model_child` compare (set only by its parent).
 const CHILD_MODULE: &str = "GGML_LOWBIT_TEST_PREBUILT_MODULE";
 
-/// `vec_dot_q2_0_q8_0_avx2_model` against the real kernel it models, ggml 0.27.0's own AVX2 Q2_0 in Debian's
-/// haswell variant: this test binary runs itself through trixie's loader (the library needs glibc 2.38) with
+/// `vec_dot_q2_0_q8_0_avx2_model` against the real kernel it models, ggml's own AVX2 Q2_0 in the haswell
+/// variants of Debian's libggml0 0.27.0 and libggml1 1.0.0: this test binary runs itself through trixie's loader
+/// (the libraries need glibc 2.38) with
 /// only `q2_0_avx2_model_child`, which loads the module and compares 200,000 random and adversarial rows bit
 /// for bit (every byte value in every position, code 3, q8 = −128, special and arbitrary f16 scales). Every
 /// result that is a number must match; where both are NaN their payloads and signs are counted, not yet
 /// required (the model's scalar operations do not fix which operand's NaN propagates), and the library does
 /// not serve Q2_0 in this order.
 #[test]
-fn q2_0_avx2_model_gives_the_bits_of_ggml_0_27_0s_own_kernel() {
+fn q2_0_avx2_model_gives_the_bits_of_the_newest_ggml_kernels() {
     if !runs_here("haswell") {
         println!("SKIPPED: this CPU cannot run the haswell variant (AVX2, FMA, F16C, BMI2)");
         return;
     }
-    let build = &PREBUILT[0];
-    let root = fetch(build);
-    let lib = root.join(build.lib_dir);
-    let out = Command::new(lib.join("ld-linux-x86-64.so.2"))
-        .arg("--library-path")
-        .arg(format!("{}:/usr/lib/x86_64-linux-gnu", lib.display()))
-        .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "q2_0_avx2_model_child",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env(
-            CHILD_MODULE,
-            root.join(build.module_dir).join("libggml-cpu-haswell.so"),
-        )
-        .env_remove("LD_PRELOAD")
-        .output()
-        .expect("run the child through trixie's loader");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("{text}");
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains("q2_0 avx2 model: 200000 cases"), "{text}");
-    assert!(
-        text.contains(" 0 mismatches that are not NaN pairs)"),
-        "{text}"
-    );
+    for build in PREBUILT.iter().filter(|b| b.own_loader) {
+        let root = fetch(build);
+        let lib = root.join(build.lib_dir);
+        let out = Command::new(lib.join("ld-linux-x86-64.so.2"))
+            .arg("--library-path")
+            .arg(format!("{}:/usr/lib/x86_64-linux-gnu", lib.display()))
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "q2_0_avx2_model_child",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(
+                CHILD_MODULE,
+                root.join(build.module_dir).join("libggml-cpu-haswell.so"),
+            )
+            .env_remove("LD_PRELOAD")
+            .output()
+            .expect("run the child through trixie's loader");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("{}:\n{text}", build.name);
+        assert!(out.status.success(), "{}: {text}", build.name);
+        assert!(text.contains("q2_0 avx2 model: 200000 cases"), "{text}");
+        assert!(
+            text.contains(" 0 mismatches that are not NaN pairs)"),
+            "{}: {text}",
+            build.name
+        );
+    }
 }
 
-/// Half of `q2_0_avx2_model_gives_the_bits_of_ggml_0_27_0s_own_kernel`, run by it (ignored on its own).
+/// Half of `q2_0_avx2_model_gives_the_bits_of_the_newest_ggml_kernels`, run by it (ignored on its own).
 #[test]
-#[ignore = "run by q2_0_avx2_model_gives_the_bits_of_ggml_0_27_0s_own_kernel through trixie's loader"]
+#[ignore = "run by q2_0_avx2_model_gives_the_bits_of_the_newest_ggml_kernels through trixie's loader"]
 fn q2_0_avx2_model_child() {
     use ggml_lowbit::ab::cases::Gen;
     use ggml_lowbit::formats::{blocks, q2_0};
