@@ -117,3 +117,18 @@ llama_cache_ccache_delta() {
   read -r h1 m1 <<<"$2"
   echo "$((h1 - h0)) of $((h1 - h0 + m1 - m0)) compiles from ccache"
 }
+
+# llama_cache_collect BUILD OUT PROGRAMS...: OUT becomes the build's libraries and PROGRAMS, then is stamped
+# complete (OUT/.complete).
+llama_cache_collect() {
+  local build=$1 out=$2
+  shift 2
+  rm -rf "$out"
+  mkdir -p "$out"
+  cp -a "$build"/bin/*.so* "$out"/
+  local t
+  for t in "$@"; do
+    cp -a "$build/bin/$t" "$out/"
+  done
+  touch "$out/.complete"
+}

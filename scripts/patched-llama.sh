@@ -145,13 +145,7 @@ if [ ! -f "$cached/.complete" ]; then
     cp "$lib" "$build/bin/libggml_lowbit.so"
   fi
   llama_cache_build "patched $variant" "$src" "$build" -- "${cmake_args[@]}" -- "${programs[@]}"
-  rm -rf "$cached"
-  mkdir -p "$cached"
-  cp -a "$build"/bin/*.so* "$cached"/
-  for t in "${programs[@]}"; do
-    cp -a "$build/bin/$t" "$cached/"
-  done
-  touch "$cached/.complete"
+  llama_cache_collect "$build" "$cached" "${programs[@]}"
 fi
 flock -u 9
 install_here

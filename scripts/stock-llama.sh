@@ -122,11 +122,5 @@ fi
 build="$root/build-$variant-$key"
 llama_cache_build "stock $variant" "$src" "$build" -- "${cmake_args[@]}" -- "${targets[@]}"
 
-rm -rf "$out"
-mkdir -p "$out"
-cp -a "$build"/bin/*.so* "$out"/
-for t in "${programs[@]}"; do
-  cp -a "$build/bin/$t" "$out/"
-done
-touch "$stamp"
+llama_cache_collect "$build" "$out" "${programs[@]}"
 echo "$out"

@@ -39,6 +39,17 @@ fn cc(args: &[String], out: &Path) {
     assert!(status.success(), "{} {args:?} failed", compiler.display());
 }
 
+/// `tests/c/{name}.c` built with `defines` into a shared library in `dir`, to preload after ours.
+fn fake_lib(dir: &Path, name: &str, defines: &[&str]) -> PathBuf {
+    let fake = dir.join(format!("lib{name}.so"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let mut args: Vec<String> = vec!["-shared".into(), "-fPIC".into(), "-O2".into()];
+    args.extend(defines.iter().map(|d| d.to_string()));
+    args.push(src.display().to_string());
+    cc(&args, &fake);
+    fake
+}
+
 fn tiny_model(dir: &Path) -> PathBuf {
     model(dir, "tiny", "q2_0")
 }
@@ -151,18 +162,7 @@ fn completion_with(env: &[(&str, &str)]) -> e2e::ToolRun {
 #[test]
 fn a_ggml_version_the_hook_does_not_know_gets_vec_dot_interposition_only() {
     let dir = scratch("fake");
-    let fake = dir.join("libfake_ggml_version.so");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    cc(
-        &[
-            "-shared".into(),
-            "-fPIC".into(),
-            root.join("tests/c/fake_ggml_version.c")
-                .display()
-                .to_string(),
-        ],
-        &fake,
-    );
+    let fake = fake_lib(&dir, "fake_ggml_version", &[]);
     let preload = format!("{}:{}", lib().display(), fake.display());
     let run = completion_with(&[("LD_PRELOAD", &preload)]);
     assert!(
@@ -176,22 +176,16 @@ fn a_ggml_version_the_hook_does_not_know_gets_vec_dot_interposition_only() {
 }
 
 /// A stock Q2_0 kernel in an order the library does not model (as ggml ≥ 0.27.0's own AVX2 kernel is; the
-/// stand-in `tests/c/fake_q2_0_order.c` flips the real result's lowest bit): whole Q2_0 products stay with
+/// stand-in `tests/c/fake_vec_dot_order.c` flips the real result's lowest bit): whole Q2_0 products stay with
 /// ggml and its kernel, while the hook stays on for the formats that keep the modelled bits. The text is the
 /// one that kernel gives without the library.
 #[test]
 fn a_q2_0_kernel_in_another_order_keeps_its_whole_products_with_stock() {
     let dir = scratch("q2order");
-    let fake = dir.join("libfake_q2_0_order.so");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    cc(
-        &[
-            "-shared".into(),
-            "-fPIC".into(),
-            "-O2".into(),
-            root.join("tests/c/fake_q2_0_order.c").display().to_string(),
-        ],
-        &fake,
+    let fake = fake_lib(
+        &dir,
+        "fake_vec_dot_order",
+        &["-DFAKE_VEC_DOT=ggml_vec_dot_q2_0_q8_0"],
     );
     let model = tiny_model(&dir);
     let tools = e2e::tools_dir("haswell").expect("stock haswell build");

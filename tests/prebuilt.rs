@@ -32,74 +32,53 @@ struct Variant {
     served: usize,
 }
 
+/// The variants of Debian's libggml0 0.27.0 and libggml1 1.0.0, which agree: ggml's own AVX2 Q2_0 kernel in
+/// haswell and the later variants.
+const DEBIAN_VARIANTS: &[Variant] = &[
+    // ggml's own AVX2 Q2_0 kernel: Q2_0 alone goes to stock.
+    Variant {
+        name: "haswell",
+        order: "haswell",
+        unmatched: &[Q2_0],
+        served: 8,
+    },
+    Variant {
+        name: "x64",
+        order: "x64",
+        unmatched: &[],
+        served: 9,
+    },
+    // SSSE3 Q1_0 kernel, neither model's.
+    Variant {
+        name: "sse42",
+        order: "x64",
+        unmatched: &[Q1_0],
+        served: 8,
+    },
+    // AVX without FMA: the AVX quantizer with unfused chains, a build neither model describes; every
+    // symbol is named and keeps stock's kernel.
+    Variant {
+        name: "sandybridge",
+        order: "haswell",
+        unmatched: &[Q2_0, Q1_0],
+        served: 0,
+    },
+];
+
 const PREBUILT: [Prebuilt; 3] = [
     Prebuilt {
         name: "debian-libggml0-0.27.0",
         lib_dir: "usr/lib/x86_64-linux-gnu",
         module_dir: "usr/lib/x86_64-linux-gnu/ggml/backends0",
         own_loader: true,
-        variants: &[
-            // 0.27.0's own AVX2 Q2_0 kernel: Q2_0 alone goes to stock.
-            Variant {
-                name: "haswell",
-                order: "haswell",
-                unmatched: &[Q2_0],
-                served: 8,
-            },
-            Variant {
-                name: "x64",
-                order: "x64",
-                unmatched: &[],
-                served: 9,
-            },
-            // SSSE3 Q1_0 kernel, neither model's.
-            Variant {
-                name: "sse42",
-                order: "x64",
-                unmatched: &[Q1_0],
-                served: 8,
-            },
-            // AVX without FMA: the AVX quantizer with unfused chains, a build neither model describes; every
-            // symbol is named and keeps stock's kernel.
-            Variant {
-                name: "sandybridge",
-                order: "haswell",
-                unmatched: &[Q2_0, Q1_0],
-                served: 0,
-            },
-        ],
+        variants: DEBIAN_VARIANTS,
     },
     Prebuilt {
         name: "debian-libggml1-1.0.0",
         lib_dir: "usr/lib/x86_64-linux-gnu",
         module_dir: "usr/lib/x86_64-linux-gnu/ggml/backends1",
         own_loader: true,
-        variants: &[
-            Variant {
-                name: "haswell",
-                order: "haswell",
-                unmatched: &[Q2_0],
-                served: 8,
-            },
-            Variant {
-                name: "x64",
-                order: "x64",
-                unmatched: &[],
-                served: 9,
-            },
-            Variant {
-                name: "sse42",
-                order: "x64",
-                unmatched: &[Q1_0],
-                served: 8,
-            },
-            Variant {
-                name: "sandybridge",
-                order: "haswell",
-                unmatched: &[Q2_0, Q1_0],
-                served: 0,
-            },
-        ],
+        variants: DEBIAN_VARIANTS,
     },
     Prebuilt {
         name: "node-llama-cpp-3.22.1",

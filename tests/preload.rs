@@ -185,13 +185,14 @@ fn a_host_without_ggml_is_not_disturbed() {
     );
 }
 
-/// Builds `tests/c/{name}.c` into a shared library in `dir`.
-fn build_fake(dir: &std::path::Path, name: &str) -> PathBuf {
+/// Builds `tests/c/{name}.c` with `defines` into a shared library in `dir`.
+fn build_fake(dir: &std::path::Path, name: &str, defines: &[&str]) -> PathBuf {
     let fake = dir.join(format!("lib{name}.so"));
     let compiler = ggml_lowbit::ab::fork::default_compiler();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let status = Command::new(&compiler)
         .args(["-shared", "-fPIC", "-O2"])
+        .args(defines)
         .arg(root.join(format!("tests/c/{name}.c")))
         .arg("-o")
         .arg(&fake)
@@ -210,7 +211,7 @@ fn build_fake(dir: &std::path::Path, name: &str) -> PathBuf {
 fn stock_symbols_with_other_bits_keep_their_calls() {
     let dir = std::env::temp_dir().join(format!("ggml-lowbit-test-{}-agree", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let fake = build_fake(&dir, "fake_other_bits");
+    let fake = build_fake(&dir, "fake_other_bits", &[]);
     // Every symbol ours can serve is served (on a CPU where stock's TQ1_0 kernel is the faster one, its calls
     // would otherwise pass to stock before its bits are ever compared).
     let all = ("GGML_LOWBIT_SERVE_ALL", "1");
@@ -245,16 +246,22 @@ fn stock_symbols_with_other_bits_keep_their_calls() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Runs test-quantize-fns over the haswell build with `tests/c/{fake}.c` (a stock vec_dot whose result has its
-/// lowest bit flipped: an order neither modelled build has) preloaded after the library, and checks that the
+/// Runs test-quantize-fns over the haswell build with `tests/c/fake_vec_dot_order.c` standing in for `symbol` (a
+/// stock vec_dot whose result has its lowest bit flipped: an order neither modelled build has) preloaded after
+/// the library, and checks that the
 /// library passes exactly that format to stock: it still probes the haswell order, names `symbol` once as
 /// following neither modelled order, serves every other call (as many fewer served, and as many more passed,
 /// as in the run without the fake), and test-quantize-fns passes. Both runs serve every symbol ours can
 /// (`GGML_LOWBIT_SERVE_ALL=1`), so the format is passed for its bits, not because stock's kernel is faster here.
-fn one_unmatched_format_goes_to_stock_alone(fake: &str, symbol: &str) {
-    let dir = std::env::temp_dir().join(format!("ggml-lowbit-test-{}-{fake}", std::process::id()));
+fn one_unmatched_format_goes_to_stock_alone(symbol: &str) {
+    let dir =
+        std::env::temp_dir().join(format!("ggml-lowbit-test-{}-{symbol}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let fake = build_fake(&dir, fake);
+    let fake = build_fake(
+        &dir,
+        "fake_vec_dot_order",
+        &[&format!("-DFAKE_VEC_DOT={symbol}")],
+    );
     let all = ("GGML_LOWBIT_SERVE_ALL", "1");
     let (_, plain) = run_preloaded(FloatOrder::Haswell, &[("GGML_LOWBIT_LOG", "1"), all]);
     let preload = format!("{}:{}", library().display(), fake.display());
@@ -291,16 +298,15 @@ fn one_unmatched_format_goes_to_stock_alone(fake: &str, symbol: &str) {
 }
 
 /// Q1_0's stock kernel has a different order in every x86 build, so the probe checks it against the build's
-/// order too (`tests/c/fake_q1_0_order.c`).
+/// order too.
 #[test]
 fn a_stock_q1_0_in_an_unmodelled_order_keeps_its_calls_and_the_rest_is_served() {
-    one_unmatched_format_goes_to_stock_alone("fake_q1_0_order", "ggml_vec_dot_q1_0_q8_0");
+    one_unmatched_format_goes_to_stock_alone("ggml_vec_dot_q1_0_q8_0");
 }
 
-/// ggml ≥ 0.27.0 has its own AVX2 Q2_0 kernel in another order; the stand-in (`tests/c/fake_q2_0_order.c`)
-/// is the chain the probe runs first: the build's order then comes from the quantizer, and Q2_0 alone keeps
+/// ggml ≥ 0.27.0 has its own AVX2 Q2_0 kernel in another order; its stand-in is the chain the probe runs first: the build's order then comes from the quantizer, and Q2_0 alone keeps
 /// stock's kernel.
 #[test]
 fn a_stock_q2_0_in_an_unmodelled_order_keeps_its_calls_and_the_rest_is_served() {
-    one_unmatched_format_goes_to_stock_alone("fake_q2_0_order", "ggml_vec_dot_q2_0_q8_0");
+    one_unmatched_format_goes_to_stock_alone("ggml_vec_dot_q2_0_q8_0");
 }
