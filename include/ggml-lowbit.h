@@ -625,14 +625,15 @@ void ggml_lowbit_vec_dot_tq1_0_q8_K(int n,
 void ggml_lowbit_quantize_row_q8_K(const float *x, void *vy, int64_t k);
 
 /*
- ggml-cpu's hook at the start of every MUL_MAT (`hook.rs`): takes over Q2_0 products with the tile kernels
- when preloaded over a ggml it knows, and passes everything else to the real function. Not for direct calls.
+ ggml-cpu's hook before every node (`hook.rs`): takes over whole products of our formats with the tile
+ kernels when preloaded over a ggml whose layout it recognises, and passes every other node to the real
+ function. Not for direct calls.
 
  # Safety
- ggml's contract: `params` is ggml-cpu's `struct ggml_compute_params`, `dst` a MUL_MAT tensor.
+ ggml's contract: `params` is ggml-cpu's `struct ggml_compute_params`, `node` a node of the graph it computes.
  */
-bool ggml_compute_forward_mul_mat_tiled(const void *params,
-                                        void *dst);
+bool ggml_cpu_extra_compute_forward(const void *params,
+                                    void *node);
 
 /*
  ggml-cpu's per-expert hook inside every MUL_MAT_ID (`hook.rs`): takes over Q2_0 expert products with the tile

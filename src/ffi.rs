@@ -795,19 +795,20 @@ pub unsafe extern "C" fn ggml_lowbit_quantize_row_q8_K(x: *const f32, vy: *mut c
     })
 }
 
-/// ggml-cpu's hook at the start of every MUL_MAT (`hook.rs`): takes over Q2_0 products with the tile kernels
-/// when preloaded over a ggml it knows, and passes everything else to the real function. Not for direct calls.
+/// ggml-cpu's hook before every node (`hook.rs`): takes over whole products of our formats with the tile
+/// kernels when preloaded over a ggml whose layout it recognises, and passes every other node to the real
+/// function. Not for direct calls.
 ///
 /// # Safety
-/// ggml's contract: `params` is ggml-cpu's `struct ggml_compute_params`, `dst` a MUL_MAT tensor.
+/// ggml's contract: `params` is ggml-cpu's `struct ggml_compute_params`, `node` a node of the graph it computes.
 #[no_mangle]
-pub unsafe extern "C" fn ggml_compute_forward_mul_mat_tiled(
+pub unsafe extern "C" fn ggml_cpu_extra_compute_forward(
     params: *const c_void,
-    dst: *mut c_void,
+    node: *mut c_void,
 ) -> bool {
     // SAFETY: ggml's contract, passed on.
-    guard("ggml_compute_forward_mul_mat_tiled", || unsafe {
-        crate::hook::mul_mat_tiled(params as *const _, dst as *mut _)
+    guard("ggml_cpu_extra_compute_forward", || unsafe {
+        crate::hook::extra_compute_forward(params as *const _, node as *mut _)
     })
 }
 

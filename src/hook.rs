@@ -1,18 +1,19 @@
 //! The preloaded `mul_mat` hook: whole matrix products of our formats through the tile kernels.
 //!
-//! The pinned ggml-cpu starts every MUL_MAT with a call through the PLT to
-//! `ggml_compute_forward_mul_mat_tiled(params, dst)`, before it quantizes src1; a `true` return means the op is
-//! done (`formats.md` §2). Defining that symbol in a preloaded library takes over whole products: each of
-//! ggml's threads quantizes its share of src1 into `params->wdata` (stock's own split and layout), waits at
-//! `ggml_barrier`, then computes its share of the rows with the tile kernels; every other op goes to the real
-//! function (`dlsym(RTLD_NEXT, …)`, or the `GGML_BACKEND_DL` library's own).
+//! Every ggml-cpu since late 2024 offers each node of a graph, on every thread, to
+//! `ggml_cpu_extra_compute_forward(params, node)` through the PLT before its op switch; `true` means the node is
+//! done (`ggml-versions.md` §3). Defining that symbol in a preloaded library takes over whole MUL_MAT products:
+//! each of ggml's threads quantizes its share of src1 into `params->wdata` (stock's own split and layout), waits
+//! at `ggml_barrier`, then computes its share of the rows with the tile kernels; every other node goes to the real
+//! function (`dlsym(RTLD_NEXT, …)`, or the `GGML_BACKEND_DL` library's own), which serves ggml's extra buffer
+//! types (repacked and AMX weights).
 //!
-//! `struct ggml_compute_params` is internal to ggml-cpu, so the hook only runs against a ggml whose
-//! `ggml_version()` is one it knows (`KNOWN_VERSIONS`) and whose arguments pass sanity checks; otherwise, and
-//! under `GGML_LOWBIT_MULMAT=0`, `GGML_LOWBIT_DISABLE` or `GGML_LOWBIT_VERIFY` (which compare per call), it
-//! stays out of the way and the vec_dot exports serve the products as before. Threads take their rows in chunks
-//! from ggml's own counter, as stock's MUL_MAT does (`GGML_LOWBIT_FORMS=chunks=0`, or a ggml without the counter's
-//! functions: a fixed share per thread).
+//! `struct ggml_compute_params` and `struct ggml_tensor` are internal to ggml, so the hook serves only a ggml
+//! whose version lies in the range its mirrors cover and that passes the layout self-test (`layout.rs`), which
+//! also finds the op number of MUL_MAT; otherwise, and under `GGML_LOWBIT_MULMAT=0`, `GGML_LOWBIT_DISABLE` or
+//! `GGML_LOWBIT_VERIFY` (which compare per call), it stays out of the way and the vec_dot exports serve the
+//! products as before. Threads take their rows in chunks from ggml's own counter, as stock's MUL_MAT does
+//! (`GGML_LOWBIT_FORMS=chunks=0`, or a ggml without the counter's functions: a fixed share per thread).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
@@ -37,8 +38,7 @@ use crate::model::{
 };
 use crate::tiles::Rows;
 
-/// ggml versions whose `ggml_compute_params` and `ggml_tensor` layouts this file mirrors (the pinned tree's).
-pub const KNOWN_VERSIONS: [&str; 1] = ["0.25.3"];
+mod layout;
 
 /// Whether a tensor's `type` field is the ggml type `t` (`crate::model`'s ids; the fork's PQ2_0 = 142 and
 /// PTQ1_0 = 143 exist only in a ggml that has them, such as the stand-in fork of `ggml-patch/fork-types.patch`).
@@ -191,7 +191,8 @@ pub struct ComputeParams {
     pub wsize: usize,
     pub wdata: *mut c_void,
     pub threadpool: *mut c_void,
-    pub use_ref: bool,
+    /// `bool` in C; read as a byte so that no value of it is undefined behaviour here.
+    pub use_ref: u8,
 }
 
 /// `struct ggml_tensor` of ggml.h (pinned tree; `GGML_MAX_DIMS` 4, `GGML_MAX_OP_PARAMS` 64,
@@ -215,7 +216,10 @@ pub struct GgmlTensor {
 }
 const _: () = assert!(std::mem::size_of::<GgmlTensor>() == 336);
 
-pub type MulMatTiledFn = unsafe extern "C" fn(*const ComputeParams, *mut GgmlTensor) -> bool;
+/// `ggml_cpu_extra_compute_forward(params, node)`: ggml-cpu offers every node of every graph to it, on every
+/// thread, before its op switch; `true` means the node is done.
+pub type ExtraComputeForwardFn =
+    unsafe extern "C" fn(*const ComputeParams, *mut GgmlTensor) -> bool;
 /// `ggml_compute_forward_mul_mat_id_tiled(params, dst, cur_a, cne1, expert_rows, scratch)`: called by every
 /// thread for each expert of a MUL_MAT_ID after src1 is quantized; `expert_rows` holds `cne1` pairs
 /// `(slot, token)` of int32.
@@ -233,13 +237,91 @@ type BarrierFn = unsafe extern "C" fn(*mut c_void);
 type ChunkSetFn = unsafe extern "C" fn(*mut c_void, c_int);
 type ChunkAddFn = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
 type VersionFn = unsafe extern "C" fn() -> *const c_char;
+type BufferIsHostFn = unsafe extern "C" fn(*mut c_void) -> bool;
+type TypeNameFn = unsafe extern "C" fn(c_int) -> *const c_char;
+
+/// The oldest ggml whose `ggml_compute_params` ends with `use_ref` (0.9.7) and the newest major.minor whose
+/// structs the mirrors were checked against (1.0): `ggml_tensor` is the same from 0.9.4 to 1.0.0, and
+/// `ggml_compute_params` has only grown `use_ref` since `ggml_cpu_extra_compute_forward` appeared.
+const OLDEST_VERSION: (u32, u32, u32) = (0, 9, 7);
+const NEWEST_MAJOR_MINOR: (u32, u32) = (1, 0);
+/// The ggml whose `ggml_compute_forward_mul_mat_id_tiled` signature the expert entry mirrors (the pinned tree's).
+const EXPERT_ENTRY_VERSION: &str = "0.25.3";
+
+/// `major.minor.patch` at the start of a version string (`"0.25.3"`, `"1.0.0-rc1"`).
+fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
+    let core = v.split(['-', '+', ' ']).next()?;
+    let mut parts = core.split('.').map(|p| p.parse::<u32>().ok());
+    let version = (parts.next()??, parts.next()??, parts.next()??);
+    parts.next().is_none().then_some(version)
+}
+
+/// Whether the hook's mirrors cover this ggml version.
+fn version_in_range(v: &str) -> bool {
+    parse_version(v).is_some_and(|(major, minor, patch)| {
+        (major, minor, patch) >= OLDEST_VERSION && (major, minor) <= NEWEST_MAJOR_MINOR
+    })
+}
+
+/// The ggml types the hook serves, with the name `ggml_type_name` gives each and the stock `vec_dot` whose
+/// presence shows the type exists in the build (only then is its number inside ggml's type table).
+const TYPE_NAMES: [(u32, &str, &CStr); 6] = [
+    (GGML_TYPE_Q2_0, "q2_0", c"ggml_vec_dot_q2_0_q8_0"),
+    (GGML_TYPE_Q1_0, "q1_0", c"ggml_vec_dot_q1_0_q8_0"),
+    (GGML_TYPE_TQ2_0, "tq2_0", c"ggml_vec_dot_tq2_0_q8_K"),
+    (GGML_TYPE_TQ1_0, "tq1_0", c"ggml_vec_dot_tq1_0_q8_K"),
+    (GGML_TYPE_PQ2_0, "pq2_0", c"ggml_vec_dot_pq2_0_q8_0"),
+    (GGML_TYPE_PTQ1_0, "ptq1_0", c"ggml_vec_dot_ptq1_0_q8_0"),
+];
+
+/// Type numbers have not moved in any ggml the hook knows; a build where one has is left alone.
+fn check_type_numbers() -> Result<(), String> {
+    let name_of = next_symbol::<TypeNameFn>(c"ggml_type_name").ok_or("ggml_type_name not found")?;
+    for (t, name, vec_dot) in TYPE_NAMES {
+        if next_symbol::<*mut c_void>(vec_dot).is_none() {
+            continue;
+        }
+        // SAFETY: the type exists in this build (its vec_dot does), so its number indexes ggml's table; the
+        // name is a static string or null.
+        let found = unsafe {
+            let p = name_of(t as c_int);
+            (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+        };
+        if found.as_deref() != Some(name) {
+            return Err(format!("ggml type {t} is {found:?}, not {name}"));
+        }
+    }
+    Ok(())
+}
+
+/// The formats whose products the hook takes in this build, for the log ("no" when none).
+fn served_types(c: &Config) -> String {
+    let names: Vec<String> = TYPE_NAMES
+        .iter()
+        .filter(|&&(t, _, vec_dot)| {
+            Weights::of(t as c_int, c).is_some() && next_symbol::<*mut c_void>(vec_dot).is_some()
+        })
+        .map(|&(_, name, _)| name.to_uppercase())
+        .collect();
+    if names.is_empty() {
+        "no".to_string()
+    } else {
+        names.join(", ")
+    }
+}
 
 struct Hook {
-    next: Option<MulMatTiledFn>,
+    /// ggml-cpu's own `ggml_cpu_extra_compute_forward` (its extra buffer types: repacked and AMX weights).
+    next_extra: Option<ExtraComputeForwardFn>,
     next_id: Option<MulMatIdTiledFn>,
     barrier: Option<BarrierFn>,
     /// The chunk counter, when ggml exports it; otherwise each thread takes a fixed share of the rows.
     chunks: Option<(ChunkSetFn, ChunkAddFn)>,
+    buffer_is_host: Option<BufferIsHostFn>,
+    /// `GGML_OP_MUL_MAT` in this ggml, found by the layout self-test.
+    mul_mat_op: c_int,
+    /// Whether the MUL_MAT_ID expert entry's signature is the one mirrored (`EXPERT_ENTRY_VERSION`).
+    experts: bool,
     /// Why the hook stays out, or `None` when it serves.
     off: Option<String>,
 }
@@ -248,18 +330,20 @@ fn hook() -> &'static Hook {
     static HOOK: OnceLock<Hook> = OnceLock::new();
     HOOK.get_or_init(|| {
         let c = config();
-        let next = next_symbol::<MulMatTiledFn>(c"ggml_compute_forward_mul_mat_tiled");
+        let next_extra = next_symbol::<ExtraComputeForwardFn>(c"ggml_cpu_extra_compute_forward");
         let next_id = next_symbol::<MulMatIdTiledFn>(c"ggml_compute_forward_mul_mat_id_tiled");
         let barrier = next_symbol::<BarrierFn>(c"ggml_barrier");
         let chunks_wanted = FormOverrides::from_env().get("chunks").unwrap_or(true);
         let chunks = next_symbol::<ChunkSetFn>(c"ggml_threadpool_chunk_set")
             .zip(next_symbol::<ChunkAddFn>(c"ggml_threadpool_chunk_add"))
             .filter(|_| chunks_wanted);
+        let buffer_is_host = next_symbol::<BufferIsHostFn>(c"ggml_backend_buffer_is_host");
         let version = next_symbol::<VersionFn>(c"ggml_version").map(|f| {
             // SAFETY: ggml_version returns a static NUL-terminated string.
             unsafe { CStr::from_ptr(f()).to_string_lossy().into_owned() }
         });
         let wanted = env_flag("GGML_LOWBIT_MULMAT").unwrap_or(true);
+        let mut mul_mat_op = -1;
         let off = if !wanted {
             Some("GGML_LOWBIT_MULMAT=0".to_string())
         } else if c.mode != Mode::Serve {
@@ -269,31 +353,26 @@ fn hook() -> &'static Hook {
             ))
         } else if barrier.is_none() {
             Some("no ggml-cpu behind the library".to_string())
+        } else if buffer_is_host.is_none() {
+            Some("ggml_backend_buffer_is_host not found".to_string())
         } else {
             match &version {
-                Some(v) if KNOWN_VERSIONS.contains(&v.as_str()) => None,
+                Some(v) if version_in_range(v) => check_type_numbers()
+                    .and_then(|()| layout::run())
+                    .map(|op| mul_mat_op = op)
+                    .err()
+                    .map(|why| format!("layout self-test: {why}")),
                 Some(v) => Some(format!("ggml {v} is not a version the hook knows")),
                 None => Some("ggml_version not found".to_string()),
             }
         };
+        let experts = version.as_deref() == Some(EXPERT_ENTRY_VERSION);
         if c.log {
             match &off {
                 None => crate::process::log_line(&format!(
-                    "mul_mat hook on (ggml {}): {} products through the tile kernels, {}",
+                    "mul_mat hook on (ggml {}): {} products through the tile kernels, {}{}",
                     version.as_deref().unwrap_or("?"),
-                    [
-                        (GGML_TYPE_Q2_0, "Q2_0"),
-                        (GGML_TYPE_Q1_0, "Q1_0"),
-                        (GGML_TYPE_TQ2_0, "TQ2_0"),
-                        (GGML_TYPE_TQ1_0, "TQ1_0"),
-                        (GGML_TYPE_PQ2_0, "PQ2_0"),
-                        (GGML_TYPE_PTQ1_0, "PTQ1_0"),
-                    ]
-                    .iter()
-                    .filter(|&&(t, _)| Weights::of(t as c_int, c).is_some())
-                    .map(|&(_, name)| name)
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                    served_types(c),
                     match (&chunks, chunks_wanted) {
                         (Some(_), _) => "rows in chunks from ggml's counter",
                         (None, false) =>
@@ -301,6 +380,11 @@ fn hook() -> &'static Hook {
                         (None, true) => {
                             "a fixed share of the rows per thread (no ggml_threadpool_chunk_add)"
                         }
+                    },
+                    if experts {
+                        ""
+                    } else {
+                        "; MUL_MAT_ID experts left to ggml (an expert entry the hook does not mirror)"
                     }
                 )),
                 Some(why) => crate::process::log_line(&format!(
@@ -309,10 +393,13 @@ fn hook() -> &'static Hook {
             }
         }
         Hook {
-            next,
+            next_extra,
             next_id,
             barrier,
             chunks,
+            buffer_is_host,
+            mul_mat_op,
+            experts,
             off,
         }
     })
@@ -339,6 +426,18 @@ fn weight_operands(src0: &GgmlTensor, src1: &GgmlTensor, dst: &GgmlTensor) -> Op
     ok.then_some(w)
 }
 
+/// Whether the weights lie in plain host memory: no buffer (a context's own memory) or a host buffer, and no
+/// `extra` (repacked weights of ggml's extra buffer types, such as AMX's, are neither: ggml-cpu's own
+/// function computes them).
+fn plain_host_weights(src0: &GgmlTensor) -> bool {
+    let host = src0.buffer.is_null()
+        || hook().buffer_is_host.is_some_and(|is_host| {
+            // SAFETY: a tensor's buffer, as ggml keeps it; ggml_backend_buffer_is_host only reads it.
+            unsafe { is_host(src0.buffer) }
+        });
+    host && src0.extra.is_null()
+}
+
 /// Whether ggml's thread parameters look like the pinned tree's.
 fn sane_params(p: &ComputeParams) -> bool {
     p.nth >= 1 && p.ith >= 0 && p.ith < p.nth && !p.wdata.is_null() && !p.threadpool.is_null()
@@ -361,7 +460,8 @@ unsafe fn product(p: &ComputeParams, dst: &GgmlTensor) -> Option<Product> {
     // SAFETY: ggml's contract: a MUL_MAT's two sources are valid tensors.
     let (src0, src1) = unsafe { (dst.src[0].as_ref()?, dst.src[1].as_ref()?) };
     let weights = weight_operands(src0, src1, dst)?;
-    let ok = (1..4).all(|i| dst.ne[i] == src1.ne[i])
+    let ok = plain_host_weights(src0)
+        && (1..4).all(|i| dst.ne[i] == src1.ne[i])
         && (2..4).all(|i| src0.ne[i] > 0 && src1.ne[i] % src0.ne[i] == 0)
         && sane_params(p);
     if !ok {
@@ -377,18 +477,26 @@ unsafe fn product(p: &ComputeParams, dst: &GgmlTensor) -> Option<Product> {
     })
 }
 
-/// The preloaded hook: see the module documentation.
+/// The preloaded hook: whole products of our formats (see the module documentation); every other node, and
+/// every node while the hook is off, goes to ggml-cpu's own function.
 ///
 /// # Safety
-/// ggml's contract for `ggml_compute_forward_mul_mat_tiled`.
-pub unsafe fn mul_mat_tiled(params: *const ComputeParams, dst: *mut GgmlTensor) -> bool {
+/// ggml's contract for `ggml_cpu_extra_compute_forward`: `params` and `node` are the ones ggml-cpu computes.
+pub unsafe fn extra_compute_forward(params: *const ComputeParams, node: *mut GgmlTensor) -> bool {
+    // SAFETY: the caller's contract.
+    if unsafe { layout::is_probe(params, node) } {
+        return false;
+    }
+    let h = hook();
+    // SAFETY: the caller's contract: `node` is a valid tensor; `op` is read only once the layout test passed.
+    let is_mul_mat = h.off.is_none() && unsafe { (*node).op } == h.mul_mat_op;
     // SAFETY: the caller's contract, passed on.
-    if unsafe { serve(params, dst) } {
+    if is_mul_mat && unsafe { serve(params, node) } {
         return true;
     }
-    match hook().next {
+    match h.next_extra {
         // SAFETY: the real function, with the caller's own arguments.
-        Some(next) => unsafe { next(params, dst) },
+        Some(next) => unsafe { next(params, node) },
         None => false,
     }
 }
@@ -397,7 +505,7 @@ pub unsafe fn mul_mat_tiled(params: *const ComputeParams, dst: *mut GgmlTensor) 
 /// product was computed here, `false` to let ggml go on.
 ///
 /// # Safety
-/// As `mul_mat_tiled`.
+/// As `extra_compute_forward`, for a MUL_MAT node.
 pub unsafe fn compute_forward_mul_mat(params: *const ComputeParams, dst: *mut GgmlTensor) -> bool {
     // SAFETY: the caller's contract, passed on.
     unsafe { serve(params, dst) }
@@ -406,15 +514,20 @@ pub unsafe fn compute_forward_mul_mat(params: *const ComputeParams, dst: *mut Gg
 /// Computes the product when the hook is on and `dst` is one it takes; `false` otherwise (nothing written).
 ///
 /// # Safety
-/// As `mul_mat_tiled`.
+/// As `extra_compute_forward`, for a MUL_MAT node.
 unsafe fn serve(params: *const ComputeParams, dst: *mut GgmlTensor) -> bool {
+    // SAFETY: the caller's contract. The self-test's own product (a patched build reaches here with it) is
+    // ggml's to compute while the hook is being set up.
+    if unsafe { layout::is_probe(params, dst) } {
+        return false;
+    }
     let h = hook();
     if h.off.is_some() {
         return false;
     }
     // SAFETY: ggml passes valid params and dst.
     let (p, d) = unsafe { (&*params, &*dst) };
-    if p.use_ref {
+    if p.use_ref != 0 {
         return false;
     }
     // SAFETY: as above.
@@ -435,7 +548,9 @@ unsafe fn serve(params: *const ComputeParams, dst: *mut GgmlTensor) -> bool {
         barrier(p.threadpool);
         compute_share(p, &prod, d, h.chunks.map(|(_, add)| add));
     }
-    crate::interpose::count_served();
+    if p.ith == 0 {
+        crate::interpose::count_served_product();
+    }
     true
 }
 
@@ -652,7 +767,7 @@ unsafe fn serve_expert(
             const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     }
     let h = hook();
-    if h.off.is_some() || expert_rows.is_null() {
+    if h.off.is_some() || !h.experts || expert_rows.is_null() {
         return false;
     }
     // SAFETY: ggml passes valid params and dst; a MUL_MAT_ID's sources are valid tensors.
@@ -664,7 +779,8 @@ unsafe fn serve_expert(
     let Some(weights) = weight_operands(src0, src1, d) else {
         return false;
     };
-    let ok = !p.use_ref
+    let ok = p.use_ref == 0
+        && plain_host_weights(src0)
         && sane_params(p)
         && src1.ne[3] == 1
         && d.ne[3] == 1
@@ -754,7 +870,7 @@ mod tests {
                         wsize: 0,
                         wdata: std::ptr::null_mut(),
                         threadpool: std::ptr::null_mut(),
-                        use_ref: false,
+                        use_ref: 0,
                     };
                     let (r0, r1) = thread_rows(&p, rows);
                     assert!(r0 <= r1 && r1 <= rows);

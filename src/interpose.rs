@@ -343,6 +343,7 @@ impl Counter {
 
 static SERVED: Counter = Counter::new();
 static PASSED: Counter = Counter::new();
+static PRODUCTS: Counter = Counter::new();
 static EXPERTS: Counter = Counter::new();
 static VERIFIED: AtomicU64 = AtomicU64::new(0);
 static MISMATCHES: AtomicU64 = AtomicU64::new(0);
@@ -354,6 +355,12 @@ extern "C" fn summary_at_exit() {
         SERVED.total(),
         PASSED.total()
     );
+    if PRODUCTS.total() > 0 {
+        line += &format!(
+            "ggml-lowbit: {} of them whole MUL_MAT products through the tile kernels\n",
+            PRODUCTS.total()
+        );
+    }
     if EXPERTS.total() > 0 {
         line += &format!(
             "ggml-lowbit: {} of them MUL_MAT_ID expert products through the tile kernels\n",
@@ -674,10 +681,11 @@ fn probe_q1_0(next: &Next, order: FloatOrder) -> Result<(), String> {
     Ok(())
 }
 
-/// Counts one call served by our kernels (for the exit summary under `GGML_LOWBIT_LOG`).
+/// Counts one whole MUL_MAT product served by the hook (also a served call).
 #[inline(always)]
-pub(crate) fn count_served() {
+pub(crate) fn count_served_product() {
     count(&SERVED, config());
+    count(&PRODUCTS, config());
 }
 
 /// Counts one MUL_MAT_ID expert product served by the hook (also a served call).

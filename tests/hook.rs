@@ -175,6 +175,30 @@ fn a_ggml_version_the_hook_does_not_know_gets_vec_dot_interposition_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A ggml whose layout the hook's self-test does not recognise (a `ggml_op_name` that does not call the test's
+/// product MUL_MAT): the hook stays off with one log line, the vec_dot exports serve, the text is stock's.
+#[test]
+fn a_layout_the_self_test_does_not_recognise_keeps_the_hook_off() {
+    let dir = scratch("layout");
+    let fake = fake_lib(&dir, "fake_ggml_op_name", &[]);
+    let preload = format!("{}:{}", lib().display(), fake.display());
+    let run = completion_with(&[("LD_PRELOAD", &preload)]);
+    let off: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("mul_mat hook off"))
+        .collect();
+    assert_eq!(off.len(), 1, "{}", run.stderr);
+    assert!(
+        off[0].contains("layout self-test: the product's op ")
+            && off[0].contains(" is FAKE to ggml_op_name"),
+        "{}",
+        run.stderr
+    );
+    assert!(!e2e::hook_on(&run));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A stock Q2_0 kernel in an order the library does not model (as ggml ≥ 0.27.0's own AVX2 kernel is; the
 /// stand-in `tests/c/fake_vec_dot_order.c` flips the real result's lowest bit): whole Q2_0 products stay with
 /// ggml and its kernel, while the hook stays on for the formats that keep the modelled bits. The text is the

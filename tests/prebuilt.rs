@@ -17,7 +17,11 @@ const Q1_0: &str = "ggml_vec_dot_q1_0_q8_0";
 /// fetched tree, and whether it needs the fetched loader.
 struct Prebuilt {
     name: &'static str,
+    /// `ggml_version()` of the build.
+    ggml: &'static str,
     lib_dir: &'static str,
+    /// libggml-base's file name in `lib_dir`.
+    base: &'static str,
     module_dir: &'static str,
     own_loader: bool,
     variants: &'static [Variant],
@@ -68,21 +72,27 @@ const DEBIAN_VARIANTS: &[Variant] = &[
 const PREBUILT: [Prebuilt; 3] = [
     Prebuilt {
         name: "debian-libggml0-0.27.0",
+        ggml: "0.27.0",
         lib_dir: "usr/lib/x86_64-linux-gnu",
+        base: "libggml-base.so.0",
         module_dir: "usr/lib/x86_64-linux-gnu/ggml/backends0",
         own_loader: true,
         variants: DEBIAN_VARIANTS,
     },
     Prebuilt {
         name: "debian-libggml1-1.0.0",
+        ggml: "1.0.0",
         lib_dir: "usr/lib/x86_64-linux-gnu",
+        base: "libggml-base.so.1",
         module_dir: "usr/lib/x86_64-linux-gnu/ggml/backends1",
         own_loader: true,
         variants: DEBIAN_VARIANTS,
     },
     Prebuilt {
         name: "node-llama-cpp-3.22.1",
+        ggml: "0.25.1",
         lib_dir: "package/bins/linux-x64",
+        base: "libggml-base.so",
         module_dir: "package/bins/linux-x64",
         own_loader: false,
         variants: &[
@@ -130,9 +140,10 @@ fn fetch(build: &Prebuilt) -> PathBuf {
     .unwrap_or_else(|e| panic!("{} (scripts/prebuilt-ggml.sh): {e}", build.name))
 }
 
-fn host(dir: &Path) -> PathBuf {
-    let exe = dir.join("vec_dot_host");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/vec_dot_host.c");
+/// `tests/c/{name}.c` built into `dir`.
+fn c_program(dir: &Path, name: &str) -> PathBuf {
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let compiler = ggml_lowbit::ab::fork::default_compiler();
     let status = Command::new(&compiler)
         .args(["-O2", "-o"])
@@ -145,34 +156,38 @@ fn host(dir: &Path) -> PathBuf {
     exe
 }
 
-/// The host over `variant`'s module of `build` (fetched into `root`), with the library preloaded and `env`
-/// set; through the fetched loader where the build needs it.
-fn run(
+fn host(dir: &Path) -> PathBuf {
+    c_program(dir, "vec_dot_host")
+}
+
+/// `program` over `build` (fetched into `root`) with `args`, the library preloaded (when `preload`) and `env`
+/// set; through the fetched loader where the build needs it. Returns the output and its text.
+fn run_program(
     build: &Prebuilt,
     root: &Path,
-    host: &Path,
-    variant: &str,
+    program: &Path,
+    args: &[&dyn AsRef<std::ffi::OsStr>],
+    preload: bool,
     env: &[(&str, &str)],
 ) -> (Output, String) {
     let lib = root.join(build.lib_dir);
-    let module = root
-        .join(build.module_dir)
-        .join(format!("libggml-cpu-{variant}.so"));
     let mut cmd = if build.own_loader {
         let mut cmd = Command::new(lib.join("ld-linux-x86-64.so.2"));
         cmd.arg("--library-path")
-            .arg(format!("{}:/usr/lib/x86_64-linux-gnu", lib.display()))
-            .arg("--preload")
-            .arg(library())
-            .arg(host);
-        cmd.env_remove("LD_PRELOAD");
+            .arg(format!("{}:/usr/lib/x86_64-linux-gnu", lib.display()));
+        if preload {
+            cmd.arg("--preload").arg(library());
+        }
+        cmd.arg(program);
         cmd
     } else {
-        let mut cmd = Command::new(host);
-        cmd.env("LD_PRELOAD", library());
-        cmd
+        Command::new(program)
     };
-    cmd.arg(module).arg(CASES);
+    cmd.env_remove("LD_PRELOAD");
+    if preload && !build.own_loader {
+        cmd.env("LD_PRELOAD", library());
+    }
+    cmd.args(args.iter().map(|a| a.as_ref()));
     for var in [
         "GGML_LOWBIT_MATCH",
         "GGML_LOWBIT_ISA",
@@ -183,14 +198,33 @@ fn run(
         cmd.env_remove(var);
     }
     cmd.env("GGML_LOWBIT_LOG", "1").envs(env.iter().copied());
-    let out = cmd.output().expect("run the host");
+    let out = cmd.output().expect("run the program");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    println!("{} {variant} {env:?}:\n{text}", build.name);
     (out, text)
+}
+
+/// `variant`'s CPU module of `build`.
+fn module(build: &Prebuilt, root: &Path, variant: &str) -> PathBuf {
+    root.join(build.module_dir)
+        .join(format!("libggml-cpu-{variant}.so"))
+}
+
+/// The vec_dot host over `variant`'s module of `build`, with the library preloaded and `env` set.
+fn run(
+    build: &Prebuilt,
+    root: &Path,
+    host: &Path,
+    variant: &str,
+    env: &[(&str, &str)],
+) -> (Output, String) {
+    let module = module(build, root, variant);
+    let out = run_program(build, root, host, &[&module, &CASES], true, env);
+    println!("{} {variant} {env:?}:\n{}", build.name, out.1);
+    out
 }
 
 /// The calls the library served, from its exit line.
@@ -269,6 +303,78 @@ fn over_prebuilt_builds_every_vec_dot_keeps_its_bits_and_unmodelled_kernels_go_t
                         "ggml_vec_dot_q2_0_q8_0: the stock kernel is ggml ≥ 0.27.0's own AVX2 one";
                     let want = build.name.starts_with("debian-") && v.name == "haswell";
                     assert_eq!(text.contains(recognised), want, "{what}: {text}");
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The whole products of the exit line ("N of them whole MUL_MAT products …"), 0 without one.
+fn whole_products(text: &str) -> u64 {
+    text.lines()
+        .find(|l| l.contains("whole MUL_MAT products through the tile kernels"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whole products over every prebuilt build, through the hook at `ggml_cpu_extra_compute_forward`:
+/// `tests/c/graph_host.c` computes MUL_MATs of Q2_0, Q1_0, TQ2_0 and TQ1_0 weights against 1, 7 and 33 F32
+/// columns with ggml's public API and the backend's two threads, and prints each product's bits as a hash. With
+/// the library preloaded (serving as the dispatcher chooses, and serving every format it can) the hashes are
+/// those of the build alone, the hook is on, passes its layout self-test, and takes whole products: the Q2_0
+/// ones wherever the build's Q2_0 kernel is in an order the library serves, and with every format served some
+/// in every build.
+#[test]
+fn over_prebuilt_builds_whole_products_go_through_the_hook_with_the_builds_bits() {
+    let dir =
+        std::env::temp_dir().join(format!("ggml-lowbit-prebuilt-graph-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let host = c_program(&dir, "graph_host");
+    for build in &PREBUILT {
+        let root = fetch(build);
+        let base = root.join(build.lib_dir).join(build.base);
+        for v in build
+            .variants
+            .iter()
+            .filter(|v| ["haswell", "x64"].contains(&v.name))
+        {
+            if !runs_here(v.name) {
+                println!(
+                    "SKIPPED {} {}: this CPU lacks its instruction sets",
+                    build.name, v.name
+                );
+                continue;
+            }
+            let module = module(build, &root, v.name);
+            let args: [&dyn AsRef<std::ffi::OsStr>; 3] = [&base, &module, &"2"];
+            let (out, alone) = run_program(build, &root, &host, &args, false, &[]);
+            assert!(out.status.success(), "{} {}: {alone}", build.name, v.name);
+            assert_eq!(
+                alone.lines().filter(|l| l.contains(": ")).count(),
+                12,
+                "{alone}"
+            );
+            for env in [&[][..], &[("GGML_LOWBIT_SERVE_ALL", "1")]] {
+                let what = format!("{} {} {env:?}", build.name, v.name);
+                let (out, text) = run_program(build, &root, &host, &args, true, env);
+                println!("{what}:\n{text}");
+                assert!(out.status.success(), "{what}: {text}");
+                let hashes = |t: &str| -> Vec<String> {
+                    t.lines()
+                        .filter(|l| !l.starts_with("ggml-lowbit"))
+                        .map(str::to_string)
+                        .collect()
+                };
+                assert_eq!(hashes(&text), hashes(&alone), "{what}: {text}");
+                let on = format!("mul_mat hook on (ggml {})", build.ggml);
+                assert!(text.contains(&on), "{what}: {text}");
+                let products = whole_products(&text);
+                if env.is_empty() {
+                    let q2_0_served = !v.unmatched.contains(&Q2_0);
+                    assert_eq!(products > 0, q2_0_served, "{what}: {text}");
+                } else {
+                    assert!(products > 0, "{what}: {text}");
                 }
             }
         }
