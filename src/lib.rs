@@ -19,6 +19,7 @@ pub mod model;
 pub mod process;
 pub mod stock;
 pub mod tiles;
+pub mod x86_float;
 
 /// Hash of the sources this library was built from (see `build.rs`).
 pub const SOURCE_HASH: &str = env!("GGML_LOWBIT_SOURCE_HASH");

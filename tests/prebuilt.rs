@@ -247,6 +247,17 @@ fn runs_here(variant: &str) -> bool {
         "sse42" => has!("sse4.2"),
         "sandybridge" => has!("avx"),
         "haswell" => has!("avx2") && has!("fma") && has!("f16c") && has!("bmi2"),
+        "skylakex" => {
+            runs_here("haswell")
+                && has!("avx512f")
+                && has!("avx512cd")
+                && has!("avx512bw")
+                && has!("avx512dq")
+                && has!("avx512vl")
+        }
+        "zen4" => {
+            runs_here("skylakex") && has!("avx512vbmi") && has!("avx512vnni") && has!("avx512bf16")
+        }
         _ => false,
     }
 }
@@ -412,54 +423,54 @@ fn the_prebuilt_comparison_catches_a_forced_wrong_order() {
 /// The variable that makes `q2_0_avx2_model_child` compare (set only by its parent).
 const CHILD_MODULE: &str = "GGML_LOWBIT_TEST_PREBUILT_MODULE";
 
-/// `vec_dot_q2_0_q8_0_avx2_model` against the real kernel it models, ggml's own AVX2 Q2_0 in the haswell
-/// variants of Debian's libggml0 0.27.0 and libggml1 1.0.0: this test binary runs itself through trixie's loader
-/// (the libraries need glibc 2.38) with
-/// only `q2_0_avx2_model_child`, which loads the module and compares 200,000 random and adversarial rows bit
-/// for bit (every byte value in every position, code 3, q8 = −128, special and arbitrary f16 scales). Every
-/// result that is a number must match; where both are NaN their payloads and signs are counted, not yet
-/// required (the model's scalar operations do not fix which operand's NaN propagates), and the library does
-/// not serve Q2_0 in this order.
+/// `vec_dot_q2_0_q8_0_avx2_model` against the real kernel it models, ggml's own AVX2 Q2_0 in Debian's libggml0
+/// 0.27.0 and libggml1 1.0.0 — the haswell variant (AVX2 code, also alderlake's) and the skylakex and zen4
+/// variants (the same source compiled with AVX-512 enabled: other registers, the same operand roles) where
+/// this CPU runs them: this test binary runs itself through trixie's loader (the libraries need glibc 2.38)
+/// with only `q2_0_avx2_model_child`, which loads the module and compares 200,000 random and adversarial rows
+/// bit for bit (every byte value in every position, code 3, q8 = −128, special and arbitrary f16 scales),
+/// NaN results included.
 #[test]
 fn q2_0_avx2_model_gives_the_bits_of_the_newest_ggml_kernels() {
-    if !runs_here("haswell") {
-        println!("SKIPPED: this CPU cannot run the haswell variant (AVX2, FMA, F16C, BMI2)");
-        return;
+    let mut ran = 0;
+    for variant in ["haswell", "skylakex", "zen4"] {
+        if !runs_here(variant) {
+            println!("SKIPPED {variant}: this CPU lacks its instruction sets");
+            continue;
+        }
+        for build in PREBUILT.iter().filter(|b| b.own_loader) {
+            let root = fetch(build);
+            let lib = root.join(build.lib_dir);
+            let out = Command::new(lib.join("ld-linux-x86-64.so.2"))
+                .arg("--library-path")
+                .arg(format!("{}:/usr/lib/x86_64-linux-gnu", lib.display()))
+                .arg(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "q2_0_avx2_model_child",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env(CHILD_MODULE, module(build, &root, variant))
+                .env_remove("LD_PRELOAD")
+                .output()
+                .expect("run the child through trixie's loader");
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let what = format!("{} {variant}", build.name);
+            println!("{what}:\n{text}");
+            assert!(out.status.success(), "{what}: {text}");
+            assert!(
+                text.contains("q2_0 avx2 model: 200000 cases, 0 mismatches ("),
+                "{what}: {text}"
+            );
+            ran += 1;
+        }
     }
-    for build in PREBUILT.iter().filter(|b| b.own_loader) {
-        let root = fetch(build);
-        let lib = root.join(build.lib_dir);
-        let out = Command::new(lib.join("ld-linux-x86-64.so.2"))
-            .arg("--library-path")
-            .arg(format!("{}:/usr/lib/x86_64-linux-gnu", lib.display()))
-            .arg(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "q2_0_avx2_model_child",
-                "--ignored",
-                "--nocapture",
-            ])
-            .env(
-                CHILD_MODULE,
-                root.join(build.module_dir).join("libggml-cpu-haswell.so"),
-            )
-            .env_remove("LD_PRELOAD")
-            .output()
-            .expect("run the child through trixie's loader");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        println!("{}:\n{text}", build.name);
-        assert!(out.status.success(), "{}: {text}", build.name);
-        assert!(text.contains("q2_0 avx2 model: 200000 cases"), "{text}");
-        assert!(
-            text.contains(" 0 mismatches that are not NaN pairs)"),
-            "{}: {text}",
-            build.name
-        );
-    }
+    assert!(ran > 0, "no variant of the newest kernels runs on this CPU");
 }
 
 /// Half of `q2_0_avx2_model_gives_the_bits_of_the_newest_ggml_kernels`, run by it (ignored on its own).

@@ -92,23 +92,35 @@ pub fn vec_dot_q2_0_q8_0_nofma_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
 /// `acc = fma(sum, d, acc)`, half 0 before half 1, in one of two eight-lane accumulators: even blocks in the
 /// first, odd blocks in the second. At the end the two are added lane by lane and reduced as
 /// `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
+///
+/// NaN results follow the instructions' operands (`crate::x86_float`), the same in every variant of 0.27.0 and
+/// 1.0.0: `d_x` before `d_y`, the scale before the accumulator, the first accumulator before the second, the
+/// low lanes before the high ones, then `l2 + l6` before `l0 + l4` and `l3 + l7` before `l1 + l5`.
 pub fn vec_dot_q2_0_q8_0_avx2_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+    use crate::x86_float::{add, fmadd, mul};
     let mut acc = [[0f32; 8]; 2];
     for (i, xb) in x.iter().enumerate() {
         let a = &mut acc[i % 2];
         for h in 0..2 {
             let yb = &y[2 * i + h];
-            let d = xb.d.to_f32() * yb.d.to_f32();
+            let d = mul(xb.d.to_f32(), yb.d.to_f32());
             for (l, lane) in a.iter_mut().enumerate() {
                 let sum: i32 = (4 * l..4 * l + 4)
                     .map(|j| (code(&xb.qs, 32 * h + j) as i32 - 1) * yb.qs[j] as i32)
                     .sum();
-                *lane = (sum as f32).mul_add(d, *lane);
+                *lane = fmadd(sum as f32, d, *lane);
             }
         }
     }
-    let l: [f32; 8] = std::array::from_fn(|k| acc[0][k] + acc[1][k]);
-    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+    avx2_model_reduce(std::array::from_fn(|k| add(acc[0][k], acc[1][k])))
+}
+
+/// The end of `vec_dot_q2_0_q8_0_avx2_model` from its eight lanes (the accumulators already added), in the
+/// kernel's order and NaN priorities.
+pub fn avx2_model_reduce(l: [f32; 8]) -> f32 {
+    use crate::x86_float::add;
+    let m: [f32; 4] = std::array::from_fn(|k| add(l[k], l[k + 4]));
+    add(add(m[2], m[0]), add(m[3], m[1]))
 }
 
 /// The model of `order`.

@@ -1,0 +1,105 @@
+//! Scalar float operations with the NaN rules of x86's SSE/AVX instructions, for the scalar models of stock
+//! SIMD kernels whose NaN results must be reproduced bit for bit.
+//!
+//! Rust leaves the bits of a NaN result unspecified (and the compiler may swap the operands of `+`), while the
+//! hardware is exact about them: when any source operand is a NaN, the result is the first NaN source, made
+//! quiet — in operand order for `vaddps dst, src1, src2` and `vmulps`, and for the fused forms in the order of
+//! their formula, first multiplicand, second, addend (`vfmadd132ps op1, op2, op3` computes `op1·op3 + op2`, so
+//! op1, op3, op2; measured on this CPU by the test below for all three forms) — and when none is but the
+//! operation is invalid (∞ − ∞, 0 · ∞), the result is the "default NaN" `0xffc0_0000`. Which operand comes first
+//! is a property of the compiled instruction, so a model names the order the stock binary uses.
+
+/// The NaN x86 returns for an invalid operation on numbers.
+pub const DEFAULT_NAN: u32 = 0xffc0_0000;
+const QUIET_BIT: u32 = 0x0040_0000;
+
+/// `v` made quiet (a signalling NaN gets the quiet bit; anything else is unchanged).
+fn quiet(v: f32) -> f32 {
+    f32::from_bits(v.to_bits() | QUIET_BIT)
+}
+
+/// The first NaN of `operands`, quiet; otherwise `value`, or the default NaN when `value` is a NaN.
+fn x86_result(operands: &[f32], value: f32) -> f32 {
+    match operands.iter().find(|v| v.is_nan()) {
+        Some(&nan) => quiet(nan),
+        None if value.is_nan() => f32::from_bits(DEFAULT_NAN),
+        None => value,
+    }
+}
+
+/// `vaddss dst, a, b`.
+pub fn add(a: f32, b: f32) -> f32 {
+    x86_result(&[a, b], a + b)
+}
+
+/// `vmulss dst, a, b`.
+pub fn mul(a: f32, b: f32) -> f32 {
+    x86_result(&[a, b], a * b)
+}
+
+/// `a · b + c`, rounded once, as the fused forms compute it (`vfmadd132ss op1, op2, op3` is
+/// `fmadd(op1, op3, op2)`, `vfmadd213ss` is `fmadd(op2, op1, op3)`, `vfmadd231ss` is `fmadd(op2, op3, op1)`).
+pub fn fmadd(a: f32, b: f32, c: f32) -> f32 {
+    x86_result(&[a, b, c], a.mul_add(b, c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// These are the hardware's rules: each helper against the instruction it names, run on this CPU, over
+    /// NaNs of every kind in every position, infinities, zeros and numbers.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn helpers_give_the_bits_of_the_instructions() {
+        use std::arch::x86_64::*;
+        let values = [
+            1.5f32,
+            -0.0,
+            0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::from_bits(0x7fc0_1234),
+            f32::from_bits(0xffc0_0042),
+            f32::from_bits(0x7f80_0001), // signalling
+            f32::from_bits(0xff80_7000), // signalling, negative
+            3.0e38,
+        ];
+        for &a in &values {
+            for &b in &values {
+                // SAFETY: SSE is part of x86_64.
+                let hw = unsafe { _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(a), _mm_set_ss(b))) };
+                assert_eq!(add(a, b).to_bits(), hw.to_bits(), "{a:?} + {b:?}");
+                // SAFETY: as above.
+                let hw = unsafe { _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(a), _mm_set_ss(b))) };
+                assert_eq!(mul(a, b).to_bits(), hw.to_bits(), "{a:?} · {b:?}");
+                if !std::arch::is_x86_feature_detected!("fma") {
+                    continue;
+                }
+                for &c in &values {
+                    // SAFETY: the CPU has FMA (checked above); the asm only reads and writes xmm registers.
+                    let hw = |form: usize| unsafe {
+                        let (mut r, b, c) = (_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c));
+                        match form {
+                            132 => {
+                                std::arch::asm!("vfmadd132ss {r}, {b}, {c}", r = inout(xmm_reg) r,
+                                b = in(xmm_reg) b, c = in(xmm_reg) c, options(pure, nomem, nostack))
+                            }
+                            213 => {
+                                std::arch::asm!("vfmadd213ss {r}, {b}, {c}", r = inout(xmm_reg) r,
+                                b = in(xmm_reg) b, c = in(xmm_reg) c, options(pure, nomem, nostack))
+                            }
+                            _ => std::arch::asm!("vfmadd231ss {r}, {b}, {c}", r = inout(xmm_reg) r,
+                                b = in(xmm_reg) b, c = in(xmm_reg) c, options(pure, nomem, nostack)),
+                        }
+                        _mm_cvtss_f32(r).to_bits()
+                    };
+                    let what = format!("op1 {a:?}, op2 {b:?}, op3 {c:?}");
+                    assert_eq!(fmadd(a, c, b).to_bits(), hw(132), "132: {what}");
+                    assert_eq!(fmadd(b, a, c).to_bits(), hw(213), "213: {what}");
+                    assert_eq!(fmadd(b, c, a).to_bits(), hw(231), "231: {what}");
+                }
+            }
+        }
+    }
+}
