@@ -94,6 +94,18 @@ pub fn default_order() -> FloatOrder {
     FloatOrder::X64
 }
 
+/// The fewest columns for which the Q2_0 tiles in ggml ≥ 0.27.0's AVX2 order beat that kernel's own product.
+pub const Q2_0_AVX2_ORDER_MIN_COLUMNS: usize = 8;
+
+/// Which stock Q2_0 kernel a table's Q2_0 kernels reproduce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Q2Chain {
+    /// The generic C of the table's float order (every ggml before 0.27.0, and every x64 build).
+    GenericC,
+    /// ggml ≥ 0.27.0's own AVX2 kernel (`q2_0::vec_dot_q2_0_q8_0_avx2_model`).
+    GgmlAvx2,
+}
+
 /// The kernels for one (instruction set, float order) pair. The function pointers are safe to call: a table is
 /// only built for an instruction set the CPU has, and each entry checks slice lengths.
 #[derive(Clone, Copy)]
@@ -103,6 +115,8 @@ pub struct Kernels {
     /// The per-CPU forms of the AVX-512 kernels in this table (the default, every choice off, on other
     /// instruction sets).
     pub choices: KernelChoices,
+    /// The order of this table's Q2_0 kernels (the build's generic C, or ggml ≥ 0.27.0's own AVX2 kernel).
+    pub q2_0_chain: Q2Chain,
     vec_dot_q2_0_q8_0: unsafe fn(&[BlockQ2_0], &[BlockQ8_0]) -> f32,
     quantize_row_q8_0: unsafe fn(&[f32], &mut [BlockQ8_0]),
     dequantize_row_q2_0: unsafe fn(&[BlockQ2_0], &mut [f32]),
@@ -688,6 +702,7 @@ impl Kernels {
                         isa,
                         order,
                         choices,
+                        q2_0_chain: Q2Chain::GenericC,
                         vec_dot_q2_0_q8_0: match (haswell, choices.q8_scale_gather) {
                             (true, true) => avx512::vec_dot_q2_0_q8_0::<true, true>,
                             (true, false) => avx512::vec_dot_q2_0_q8_0::<true, false>,
@@ -782,6 +797,7 @@ impl Kernels {
                         isa,
                         order,
                         choices: KernelChoices::default(),
+                        q2_0_chain: Q2Chain::GenericC,
                         vec_dot_q2_0_q8_0: if haswell {
                             avx2::vec_dot_q2_0_q8_0::<true>
                         } else {
@@ -857,6 +873,7 @@ impl Kernels {
             isa: Isa::Scalar,
             order,
             choices: KernelChoices::default(),
+            q2_0_chain: Q2Chain::GenericC,
             vec_dot_q2_0_q8_0: if haswell {
                 q2_0::vec_dot_q2_0_q8_0_fma_model
             } else {
@@ -922,6 +939,42 @@ impl Kernels {
         // SAFETY: the table only holds kernels for instruction sets this CPU has (`Kernels::new` caps `isa`), and
         // the length contract was just checked.
         unsafe { (self.vec_dot_q2_0_q8_0)(x, y) }
+    }
+
+    /// This table with its Q2_0 kernels (the vec_dot and the tiles) in ggml ≥ 0.27.0's own AVX2 order, for a stock
+    /// library whose Q2_0 kernel the probe found in it; the scalar model where the table has no AVX2.
+    pub fn with_q2_0_in_ggml_avx2_order(mut self) -> Kernels {
+        self.q2_0_chain = Q2Chain::GgmlAvx2;
+        #[cfg(target_arch = "x86_64")]
+        if self.isa >= Isa::Avx2 {
+            use crate::arch::x86::avx2;
+            self.vec_dot_q2_0_q8_0 = avx2::vec_dot_q2_0_q8_0_avx2_order;
+            self.mul_mat_q2_0_q8_0 = avx2::mul_mat_q2_0_q8_0_avx2_order;
+            return self;
+        }
+        self.vec_dot_q2_0_q8_0 = q2_0::vec_dot_q2_0_q8_0_avx2_model;
+        self.mul_mat_q2_0_q8_0 =
+            |x, y, emit| mul_mat_by_pairs(q2_0::vec_dot_q2_0_q8_0_avx2_model, x, y, emit);
+        self
+    }
+
+    /// Whether this table's Q2_0 vec_dot beats the stock one it would replace: the generic C always; ggml
+    /// ≥ 0.27.0's own AVX2 kernel is SIMD already, and ours in its order does the same work per row, so those
+    /// rows stay with stock (`docs/q2_0.md`).
+    pub fn serves_q2_0_rows_over_stock(&self) -> bool {
+        self.q2_0_chain == Q2Chain::GenericC
+    }
+
+    /// Whether this table's Q2_0 tiles beat the stock kernel's product (one vec_dot per pair) on `columns`
+    /// columns: always against the generic C. Against ggml ≥ 0.27.0's own AVX2 kernel the AVX2 tiles share each
+    /// row's code expansion between columns and measured 1.05–1.06× its product from 8 to 64 columns and
+    /// 0.74–0.87× on one (Zen 3, one and two threads: `docs/q2_0.md`), so they take products of at least
+    /// `Q2_0_AVX2_ORDER_MIN_COLUMNS` columns.
+    pub fn serves_q2_0_tiles_over_stock(&self, columns: usize) -> bool {
+        match self.q2_0_chain {
+            Q2Chain::GenericC => true,
+            Q2Chain::GgmlAvx2 => columns >= Q2_0_AVX2_ORDER_MIN_COLUMNS,
+        }
     }
 
     /// Quantizes `x.len() / 32` whole blocks (a tail shorter than a block is ignored, as in stock).

@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 use crate::dispatch::IqFormat;
-use crate::dispatch::{default_order, env_choice, env_flag, Isa, Kernels, RowDot, VecDotEntry};
+use crate::dispatch::{
+    default_order, env_choice, env_flag, Isa, Kernels, Q2Chain, RowDot, VecDotEntry,
+};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
 use crate::formats::iq2_xxs::BlockIQ2XXS;
@@ -271,11 +273,13 @@ pub fn config() -> &'static Config {
             );
         }
         let mut unmatched = Vec::new();
+        let mut q2_0_chain = Q2Chain::GenericC;
         let (order, how) = match matched {
             Some(o) => (o, "GGML_LOWBIT_MATCH"),
             None if have_stock && mode != Mode::Disable => match probe_order(&next) {
-                Probe::Order(o, u) => {
+                Probe::Order(o, u, chain) => {
                     unmatched = u;
+                    q2_0_chain = chain;
                     (o, PROBED)
                 }
                 Probe::Neither(why) => {
@@ -289,15 +293,22 @@ pub fn config() -> &'static Config {
             },
             None => (default_order(), "this CPU's release build"),
         };
-        let kernels = Kernels::new(isa, order);
+        let kernels = match q2_0_chain {
+            Q2Chain::GenericC => Kernels::new(isa, order),
+            Q2Chain::GgmlAvx2 => Kernels::new(isa, order).with_q2_0_in_ggml_avx2_order(),
+        };
         if log || matches!(mode, Mode::Verify { .. }) {
             // SAFETY: registering a plain extern "C" function with no arguments.
             unsafe { libc::atexit(summary_at_exit) };
         }
         if log {
             crate::process::log_line(&format!(
-                "float order {} ({how}), instruction set {}{}, mode {:?}, stock symbols {}",
+                "float order {} ({how}){}, instruction set {}{}, mode {:?}, stock symbols {}",
                 order.name(),
+                match q2_0_chain {
+                    Q2Chain::GenericC => "",
+                    Q2Chain::GgmlAvx2 => ", Q2_0 in ggml ≥ 0.27.0's own AVX2 order",
+                },
                 kernels.isa.name(),
                 kernels.forms_note(),
                 mode,
@@ -380,9 +391,9 @@ extern "C" fn summary_at_exit() {
 }
 
 enum Probe {
-    /// The build's order, and the vec_dot symbols whose kernels follow neither it nor any modelled one (with
-    /// the probe's finding).
-    Order(FloatOrder, Vec<(&'static str, String)>),
+    /// The build's order, the vec_dot symbols whose kernels follow neither it nor any modelled one (with the
+    /// probe's finding), and whether its Q2_0 kernel is ggml ≥ 0.27.0's own AVX2 one.
+    Order(FloatOrder, Vec<(&'static str, String)>, Q2Chain),
     Neither(String),
 }
 
@@ -459,6 +470,7 @@ fn probe_order(next: &Next) -> Probe {
     };
     let chain = probe_chain(&p);
     let mut unmatched = Vec::new();
+    let mut q2_0_chain = Q2Chain::GenericC;
     let order = match next.quantize_row_q8_0.map(probe_quantizer) {
         Some(Ok(avx)) => {
             let order = if avx {
@@ -475,12 +487,10 @@ fn probe_order(next: &Next) -> Probe {
             match chain {
                 Ok(Chain::Fused) if avx => {}
                 Ok(Chain::Unfused) if !avx => {}
-                Ok(Chain::Avx2) => unmatched.push((
-                    p.name,
-                    "the stock kernel is ggml ≥ 0.27.0's own AVX2 one, whose order this library models \
-                     (vec_dot_q2_0_q8_0_avx2_model) but does not serve yet"
-                        .to_string(),
-                )),
+                // ggml ≥ 0.27.0's own AVX2 Q2_0 kernel (only Q2_0 has one; the fork's probe never gets here).
+                Ok(Chain::Avx2) if avx && p.name == VEC_DOT_Q2_0.name => {
+                    q2_0_chain = Q2Chain::GgmlAvx2
+                }
                 Ok(chain) => unmatched.push((
                     p.name,
                     neither(format!(
@@ -512,7 +522,7 @@ fn probe_order(next: &Next) -> Probe {
             ),
         ));
     }
-    Probe::Order(order, unmatched)
+    Probe::Order(order, unmatched, q2_0_chain)
 }
 
 /// The float order a stock vec_dot follows.
@@ -1219,8 +1229,11 @@ impl<B: IqSymbol + VecDotEntry> VecDotSymbol<B> {
     }
 }
 
-pub(crate) static VEC_DOT_Q2_0: VecDotSymbol<BlockQ2_0> =
-    VecDotSymbol::new("ggml_vec_dot_q2_0_q8_0", |n| n.vec_dot_q2_0_q8_0, |_| true);
+pub(crate) static VEC_DOT_Q2_0: VecDotSymbol<BlockQ2_0> = VecDotSymbol::new(
+    "ggml_vec_dot_q2_0_q8_0",
+    |n| n.vec_dot_q2_0_q8_0,
+    Kernels::serves_q2_0_rows_over_stock,
+);
 pub(crate) static VEC_DOT_Q1_0: VecDotSymbol<BlockQ1_0> = VecDotSymbol::new(
     "ggml_vec_dot_q1_0_q8_0",
     |n| n.vec_dot_q1_0_q8_0,

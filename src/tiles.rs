@@ -438,6 +438,66 @@ pub(crate) unsafe fn mul_mat_q1_0_tiles(
     });
 }
 
+/// One Q2_0 block's share (two q8_0 blocks) of an activation column prepared for the tile kernel in ggml
+/// ≥ 0.27.0's own AVX2 order (`formats::q2_0::vec_dot_q2_0_q8_0_avx2_model`): `q` the 64 quants as they are (that
+/// order multiplies codes expanded to one byte per weight, in weight order), `qsum[8h + l]` the sum of quants
+/// `4l..4l + 4` of q8_0 block `h` (the `−1` of `c − 1` in each of the kernel's eight lane sums), `d[h]` that
+/// block's scale as a float.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Q2LaneColumnBlock {
+    pub(crate) q: [i8; 64],
+    pub(crate) qsum: [i32; 16],
+    pub(crate) d: [f32; 2],
+}
+
+/// Prepares one q8_0 column (`2·nb` blocks) for the tile kernel in ggml ≥ 0.27.0's AVX2 order. Plain Rust: a
+/// copy and sixteen sums per block, once per column for all rows.
+pub(crate) fn q2_lane_prepare_column(y: &[BlockQ8_0], out: &mut Vec<Q2LaneColumnBlock>) {
+    out.clear();
+    out.extend(y.chunks_exact(2).map(|pair| {
+        let mut e = Q2LaneColumnBlock {
+            q: [0; 64],
+            qsum: [0; 16],
+            d: [0.0; 2],
+        };
+        for (h, b) in pair.iter().enumerate() {
+            e.q[32 * h..32 * h + 32].copy_from_slice(&b.qs);
+            for (l, quad) in b.qs.chunks_exact(4).enumerate() {
+                e.qsum[8 * h + l] = quad.iter().map(|&q| q as i32).sum();
+            }
+            e.d[h] = b.d.to_f32();
+        }
+        e
+    }));
+}
+
+/// `W · Y` for Q2_0 weights in ggml ≥ 0.27.0's own AVX2 order through `mul_mat_lane_tiles`: the row kernels
+/// give each element's eight lanes (its two accumulators already added), finished with the kernel's reduction
+/// (`q2_0::avx2_model_reduce`), so every element has the bits of that `ggml_vec_dot_q2_0_q8_0`, NaNs included.
+///
+/// # Safety
+/// The kernels must be safe to call on this CPU; `y.nb() >= 2 * x.nb()`.
+pub(crate) unsafe fn mul_mat_q2_0_avx2_order_tiles(
+    x: Rows<'_, BlockQ2_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+    kernels: &LaneTileKernels<BlockQ8_0, Q2LaneColumnBlock>,
+) {
+    thread_local! {
+        static PREPARED: std::cell::RefCell<Vec<Vec<Q2LaneColumnBlock>>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let nb = x.nb();
+    PREPARED.with_borrow_mut(|prepared| {
+        // SAFETY: the caller's contract; a column of `2·nb` q8_0 blocks prepares into `nb` entries.
+        unsafe {
+            mul_mat_lane_tiles(x, y, (2 * nb, nb), kernels, prepared, |r, c, _, lanes| {
+                emit(r, c, crate::formats::q2_0::avx2_model_reduce(lanes))
+            })
+        }
+    });
+}
+
 /// One q8_K block of an activation column prepared for the ternary tile kernels (`avx512/mod.rs`,
 /// `tq_tile_rows4`), TQ2_0 and TQ1_0:
 /// - `q[k]`: the 64 quants that meet the weights' `k`-th 64-byte vector of codes or digits, one aligned load.

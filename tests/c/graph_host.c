@@ -4,7 +4,10 @@
  * backend's threads, and prints every result's bits as one hash per product, so that two runs (with and
  * without a preloaded library) can be compared line by line.
  *
- *   graph_host BASE MODULE THREADS    prints "TYPE ROWSxCOLS: HASH" per product; exit 1 on an error */
+ *   graph_host BASE MODULE THREADS    prints "TYPE ROWSxCOLS: HASH" per product; exit 1 on an error
+ *   graph_host BASE MODULE THREADS TYPE K ROWS COLS REPS
+ *                                     times one product (ggml type number TYPE, K × ROWS weights, COLS
+ *                                     columns) REPS times after one warm-up and prints each time in µs */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct init_params {
     size_t mem_size;
@@ -61,9 +65,15 @@ static const struct {
 static const int64_t cols[] = {1, 7, 33};
 enum { K = 1024, ROWS = 96 };
 
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: graph_host BASE MODULE THREADS\n");
+    if (argc != 4 && argc != 9) {
+        fprintf(stderr, "usage: graph_host BASE MODULE THREADS [TYPE K ROWS COLS REPS]\n");
         return 1;
     }
     void *base = dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL);
@@ -104,6 +114,37 @@ int main(int argc, char **argv) {
     }
     set_threads(backend, atoi(argv[3]));
 
+    if (argc == 9) {
+        int type = atoi(argv[4]), reps = atoi(argv[8]);
+        int64_t k = atoll(argv[5]), rows = atoll(argv[6]), ncols = atoll(argv[7]);
+        struct init_params params = {(size_t) (k * rows + k * ncols + rows * ncols) * 4 + (16u << 20), NULL, false};
+        void *ctx = init(params);
+        void *a = new_tensor_2d(ctx, type, k, rows);
+        void *b = new_tensor_2d(ctx, 0, k, ncols);
+        float *row = malloc(sizeof(float) * k);
+        char *wq = get_data(a);
+        size_t row_bytes = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t i = 0; i < k; i++) row[i] = uniform();
+            row_bytes = quantize(type, row, wq + row_bytes * r, 0, 1, k, NULL);
+        }
+        float *x = get_data(b);
+        for (int64_t i = 0; i < k * ncols; i++) x[i] = uniform();
+        void *graph = new_graph(ctx);
+        expand(graph, mul_mat(ctx, a, b));
+        for (int rep = -1; rep < reps; rep++) {
+            double t0 = now_us();
+            if (compute(backend, graph) != 0) {
+                fprintf(stderr, "graph_host: compute failed\n");
+                return 1;
+            }
+            if (rep >= 0) printf("%.1f\n", now_us() - t0);
+        }
+        free(row);
+        ctx_free(ctx);
+        backend_free(backend);
+        return 0;
+    }
     float *w = malloc(sizeof(float) * K * ROWS);
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {

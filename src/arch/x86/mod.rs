@@ -527,6 +527,92 @@ mod tests {
         assert!(n > 2_000);
     }
 
+    /// Q2_0 in ggml ≥ 0.27.0's own AVX2 order: the vec_dot and the tiles of every table against the model, bit
+    /// for bit with NaN results compared by their bits too (the order's model is NaN-exact): 200,000 random rows
+    /// of 1–40 blocks with special scales (NaN payloads, infinities, zeros, subnormals), every code byte in
+    /// every position, and tile shapes with row tails, odd and even block counts and several columns.
+    #[test]
+    fn q2_0_in_ggml_avx2_order_matches_its_model_nan_bits_included() {
+        use crate::formats::q2_0::vec_dot_q2_0_q8_0_avx2_model as model;
+        use crate::tiles::Rows;
+        let mut rng = SmallRng::seed_from_u64(60);
+        let tables: Vec<Kernels> = [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|&i| i <= detected_isa())
+            .flat_map(|i| Kernels::every_variant(i, FloatOrder::Haswell))
+            .map(Kernels::with_q2_0_in_ggml_avx2_order)
+            .collect();
+        // Scales: as the other tests, or (`nan_heavy`) a NaN with a random payload and sign one time in three,
+        // so that NaNs meet NaNs in every operation whose operand order decides which one comes out.
+        let scale = |rng: &mut SmallRng, nan_heavy: bool| {
+            if nan_heavy && rng.gen_ratio(1, 3) {
+                GgmlHalf::from_bits(0x7c01 | rng.gen_range(0..0x3ff) | (rng.gen::<u16>() & 0x8000))
+            } else {
+                test_scale(rng)
+            }
+        };
+        let row = |rng: &mut SmallRng, nb: usize, byte: Option<u8>, nan_heavy: bool| {
+            (0..nb)
+                .map(|j| BlockQ2_0 {
+                    d: scale(rng, nan_heavy),
+                    qs: match byte {
+                        Some(b) => std::array::from_fn(|i| b.rotate_left((i + j) as u32)),
+                        None => rng.gen(),
+                    },
+                })
+                .collect::<Vec<_>>()
+        };
+        let column = |rng: &mut SmallRng, n: usize, nan_heavy: bool| {
+            let mut y = q8_0_test_column(rng, 0, n);
+            y.iter_mut().for_each(|b| b.d = scale(rng, nan_heavy));
+            y
+        };
+        let mut nans = 0;
+        for k in &tables {
+            for case in 0..200_000 / tables.len() {
+                let nb = 1 + case % 40;
+                let byte = (case % 7 == 0).then_some((case / 7) as u8);
+                let nan_heavy = case % 5 == 0;
+                let x = row(&mut rng, nb, byte, nan_heavy);
+                let y = column(&mut rng, 2 * nb, nan_heavy);
+                let (got, want) = (k.vec_dot_q2_0_q8_0(&x, &y), model(&x, &y));
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{:?} case {case} nb {nb}: {got:e} vs {want:e}",
+                    k.isa
+                );
+                nans += usize::from(want.is_nan());
+            }
+            for (case, (nb, rows, cols)) in tile_shapes(&[1, 2, 3, 8, 9, 16, 33])
+                .into_iter()
+                .enumerate()
+            {
+                let nan_heavy = case % 2 == 0;
+                let x: Vec<BlockQ2_0> = (0..rows)
+                    .flat_map(|_| row(&mut rng, nb, None, nan_heavy))
+                    .collect();
+                let y: Vec<BlockQ8_0> = (0..cols)
+                    .flat_map(|_| column(&mut rng, 2 * nb, nan_heavy))
+                    .collect();
+                let (xr, yr) = (Rows::packed(&x, nb), Rows::packed(&y, 2 * nb));
+                let mut seen = vec![0u8; rows * cols];
+                k.mul_mat_q2_0_q8_0(xr, yr, &mut |r, c, v| {
+                    let want = model(xr.row(r), yr.row(c));
+                    assert_eq!(
+                        v.to_bits(),
+                        want.to_bits(),
+                        "{:?} tiles nb {nb} rows {rows} cols {cols}: ({r}, {c}) {v:e} vs {want:e}",
+                        k.isa
+                    );
+                    seen[c * rows + r] += 1;
+                });
+                assert!(seen.iter().all(|&n| n == 1), "each element exactly once");
+            }
+        }
+        assert!(nans > 1000, "{nans} NaN results");
+    }
+
     /// The quantizers' f32 → f16 by F16C (`avx2::f32_to_f16_ggml_f16c`) against ggml's software routine (the
     /// model) on every positive f32 from 2^-26 up to 2^17 (every half below, at and above the subnormal range,
     /// every rounding tie and the overflow to Inf), on both signs of a spread of them, and on the rest of the

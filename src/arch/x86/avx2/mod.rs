@@ -45,7 +45,10 @@ use crate::formats::q8_k::{BlockQ8K, QK_K};
 use crate::formats::tq1_0::BlockTQ1_0;
 use crate::formats::tq2_0::BlockTQ2_0;
 use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf, F16_TO_F32_TABLE};
-use crate::tiles::{mul_mat_q2_0_tiles, Emit, Q2ColumnBatch, Rows};
+use crate::tiles::{
+    mul_mat_q2_0_avx2_order_tiles, mul_mat_q2_0_tiles, q2_lane_prepare_column, Emit,
+    LaneTileKernels, Q2ColumnBatch, Q2LaneColumnBlock, Rows,
+};
 
 const Q2_BYTES: usize = 18;
 const Q8_BYTES: usize = 34;

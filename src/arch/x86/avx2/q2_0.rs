@@ -399,3 +399,232 @@ pub unsafe fn dequantize_row_q2_0(x: &[BlockQ2_0], y: &mut [f32]) {
         }
     }
 }
+
+// ggml ≥ 0.27.0's own AVX2 order (`formats::q2_0::vec_dot_q2_0_q8_0_avx2_model`): per half block eight i32 lane
+// sums of four weights, `fma(sum, d_x·d_y, acc)` per lane into one of two accumulators (even and odd blocks).
+// Its NaN results follow the stock instructions' operands: the compiler may put either operand of a multiply
+// or an add first, so the two operations whose operands may both be NaN pick the first one explicitly
+// (`scale_product`, `add_lanes_in_order`); in the FMA only the scale and the accumulator may be NaN, and the
+// scale, a multiplicand, comes first in every FMA form.
+
+/// `d_x·d_y` with `d_x`'s NaN before `d_y`'s, as stock's `vmulss d_x, d_y`: the product, or `d_x` itself where
+/// it is a NaN (`dx_nan`, its lanes all ones; F16C has already made it quiet).
+#[inline(always)]
+unsafe fn scale_product(dx: __m256, dx_nan: __m256, dy: __m256) -> __m256 {
+    // SAFETY: register-only AVX; the callers enable AVX2.
+    unsafe { _mm256_blendv_ps(_mm256_mul_ps(dx, dy), dx, dx_nan) }
+}
+
+/// The two accumulators added lane by lane, the first one's NaN first (stock's `vaddps acc0, acc1`).
+fn add_lanes_in_order(acc0: [f32; 8], acc1: [f32; 8]) -> [f32; 8] {
+    std::array::from_fn(|l| crate::x86_float::add(acc0[l], acc1[l]))
+}
+
+/// Half `h` of a Q2_0 block's codes (its 16 code bytes at `codes`) as one byte per weight in weight order:
+/// each code byte widened to a dword and spread so that byte `k` of the dword holds field `k`.
+#[inline(always)]
+unsafe fn q2_codes_in_order(codes: *const u8, h: usize) -> __m256i {
+    // SAFETY: the caller guarantees 16 code bytes at `codes`; features come from the caller.
+    unsafe {
+        let b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(codes.add(8 * h) as *const __m128i));
+        let t = _mm256_or_si256(b, _mm256_slli_epi32::<12>(b));
+        let t = _mm256_or_si256(t, _mm256_slli_epi32::<6>(t));
+        _mm256_and_si256(t, _mm256_set1_epi32(0x0303_0303))
+    }
+}
+
+/// The eight lane sums `Σ c·q` of one half: pairs by `vpmaddubsw`, then pairs of pairs by `vpmaddwd` (exact:
+/// a pair is within ±768).
+#[inline(always)]
+unsafe fn q2_lane_sums(codes: __m256i, q: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 32 bytes at `q`; features come from the caller.
+    unsafe {
+        let pairs = _mm256_maddubs_epi16(codes, _mm256_loadu_si256(q as *const __m256i));
+        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+    }
+}
+
+/// The f16 at `p` as a float in every lane (F16C: a NaN comes out quiet with its payload, as from ggml's
+/// table).
+#[inline(always)]
+unsafe fn f16_broadcast(p: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees two bytes at `p`; F16C comes from the caller.
+    unsafe { _mm256_cvtph_ps(_mm_set1_epi16((p as *const i16).read_unaligned())) }
+}
+
+/// `ggml_vec_dot_q2_0_q8_0` in ggml ≥ 0.27.0's own AVX2 order, NaN bits included.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.len() >= 2 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn vec_dot_q2_0_q8_0_avx2_order(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+    debug_assert!(y.len() >= 2 * x.len());
+    let xp = x.as_ptr() as *const u8;
+    let yp = y.as_ptr() as *const u8;
+    // SAFETY: block i < x.len() and q8_0 blocks 2i, 2i + 1 lie inside the slices.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 2];
+        for i in 0..x.len() {
+            let xb = xp.add(i * Q2_BYTES);
+            let dx = f16_broadcast(xb);
+            let dx_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(dx, dx);
+            for h in 0..2 {
+                let yb = yp.add((2 * i + h) * Q8_BYTES);
+                let q = yb.add(2);
+                let c = q2_codes_in_order(xb.add(2), h);
+                let pairs = _mm256_sub_epi16(
+                    _mm256_maddubs_epi16(c, _mm256_loadu_si256(q as *const __m256i)),
+                    _mm256_maddubs_epi16(
+                        _mm256_set1_epi8(1),
+                        _mm256_loadu_si256(q as *const __m256i),
+                    ),
+                );
+                let sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+                let dy = f16_broadcast(yb);
+                let a = &mut acc[i % 2];
+                *a = _mm256_fmadd_ps(sums, scale_product(dx, dx_nan, dy), *a);
+            }
+        }
+        let mut lanes = [[0f32; 8]; 2];
+        _mm256_storeu_ps(lanes[0].as_mut_ptr(), acc[0]);
+        _mm256_storeu_ps(lanes[1].as_mut_ptr(), acc[1]);
+        crate::formats::q2_0::avx2_model_reduce(add_lanes_in_order(lanes[0], lanes[1]))
+    }
+}
+
+/// One row's block against `C` prepared columns: its codes expanded once, then for each column and half the
+/// lane sums, the scale `d_x·d_y` and the FMA into that column's accumulator.
+#[inline(always)]
+unsafe fn q2_lane_block<const C: usize>(
+    xb: *const u8,
+    entries: [&Q2LaneColumnBlock; C],
+    acc: &mut [__m256; C],
+) {
+    // SAFETY: the caller guarantees a whole block at `xb`; features come from the caller.
+    unsafe {
+        let dx = f16_broadcast(xb);
+        let dx_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(dx, dx);
+        let codes = [
+            q2_codes_in_order(xb.add(2), 0),
+            q2_codes_in_order(xb.add(2), 1),
+        ];
+        for (a, e) in acc.iter_mut().zip(entries) {
+            for (h, &code) in codes.iter().enumerate() {
+                let s = _mm256_sub_epi32(
+                    q2_lane_sums(code, e.q.as_ptr().add(32 * h) as *const u8),
+                    _mm256_load_si256(e.qsum.as_ptr().add(8 * h) as *const __m256i),
+                );
+                let d = scale_product(dx, dx_nan, _mm256_broadcast_ss(&e.d[h]));
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, *a);
+            }
+        }
+    }
+}
+
+/// The eight lanes (both accumulators added) of `R` rows against `C` prepared columns in ggml ≥ 0.27.0's AVX2
+/// order, over `nb` blocks. Each accumulator is its own chain, so the even blocks run first and the odd ones
+/// after (`R·C` live accumulators instead of twice as many); each row's codes are expanded once per block for
+/// all `C` columns, and each column's quant sums come prepared. `R·C ≤ 4` keeps every accumulator in a
+/// register.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; every row holds `nb` blocks and every column `nb` entries.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q2_lane_tile_rows<const R: usize, const C: usize>(
+    nb: usize,
+    rows: [*const u8; R],
+    cols: [&[Q2LaneColumnBlock]; C],
+) -> [[[f32; 8]; R]; C] {
+    let mut lanes = [[[[0f32; 8]; R]; C]; 2];
+    // SAFETY: block i < nb of every row and entry i of every column exist (the caller's contract).
+    unsafe {
+        for (parity, lanes) in lanes.iter_mut().enumerate() {
+            let mut acc = [[_mm256_setzero_ps(); C]; R];
+            let mut i = parity;
+            while i < nb {
+                let entries = cols.map(|c| c.get_unchecked(i));
+                for r in 0..R {
+                    let xb = rows[r].add(i * Q2_BYTES);
+                    prefetch_ahead(xb, 2 * Q2_BYTES);
+                    q2_lane_block::<C>(xb, entries, &mut acc[r]);
+                }
+                i += 2;
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                for (c, &a) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(lanes[c][r].as_mut_ptr(), a);
+                }
+            }
+        }
+    }
+    let [even, odd] = lanes;
+    std::array::from_fn(|c| std::array::from_fn(|r| add_lanes_in_order(even[c][r], odd[c][r])))
+}
+
+/// Four rows against one column as two passes of two rows (see `q2_lane_tile_rows`).
+///
+/// # Safety
+/// As `q2_lane_tile_rows`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_lane_tile_rows_4x1(
+    nb: usize,
+    rows: [*const u8; 4],
+    cols: [&[Q2LaneColumnBlock]; 1],
+) -> [[[f32; 8]; 4]; 1] {
+    // SAFETY: the caller's contract, for each pair of rows.
+    let (a, b) = unsafe {
+        (
+            q2_lane_tile_rows::<2, 1>(nb, [rows[0], rows[1]], cols),
+            q2_lane_tile_rows::<2, 1>(nb, [rows[2], rows[3]], cols),
+        )
+    };
+    [[a[0][0], a[0][1], b[0][0], b[0][1]]]
+}
+
+/// Four rows against two columns as two passes of two rows: four accumulators and each row's two code
+/// vectors fit the sixteen registers (four rows at once spilled accumulators).
+///
+/// # Safety
+/// As `q2_lane_tile_rows`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_lane_tile_rows_4x2(
+    nb: usize,
+    rows: [*const u8; 4],
+    cols: [&[Q2LaneColumnBlock]; 2],
+) -> [[[f32; 8]; 4]; 2] {
+    // SAFETY: the caller's contract, for each pair of rows.
+    let (a, b) = unsafe {
+        (
+            q2_lane_tile_rows::<2, 2>(nb, [rows[0], rows[1]], cols),
+            q2_lane_tile_rows::<2, 2>(nb, [rows[2], rows[3]], cols),
+        )
+    };
+    std::array::from_fn(|c| [a[c][0], a[c][1], b[c][0], b[c][1]])
+}
+
+/// `W · Y` in ggml ≥ 0.27.0's own AVX2 order through the lane-tile driver; every element with the bits of
+/// `vec_dot_q2_0_q8_0_avx2_order`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.nb() >= 2 * x.nb()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn mul_mat_q2_0_q8_0_avx2_order(
+    x: Rows<'_, BlockQ2_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    // SAFETY: the caller's contract covers the kernels' features.
+    unsafe {
+        mul_mat_q2_0_avx2_order_tiles(
+            x,
+            y,
+            emit,
+            &LaneTileKernels {
+                prepare: q2_lane_prepare_column,
+                rows4: q2_lane_tile_rows_4x1,
+                rows1: q2_lane_tile_rows::<1, 1>,
+                rows4x2: q2_lane_tile_rows_4x2,
+            },
+        )
+    }
+}
