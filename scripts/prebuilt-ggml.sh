@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch a prebuilt ggml from the package registries into the cache (no compiling):
 #
-#   scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|debian-libggml1-1.0.0|node-llama-cpp-3.22.1
+#   scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|debian-libggml1-1.0.0|debian-llama.cpp-0.7.0|node-llama-cpp-3.22.1
 #
 # node-llama-cpp-3.22.1 is the CPU package of node-llama-cpp 3.22.1 (`npm pack @node-llama-cpp/linux-x64@3.22.1`:
 # ggml 0.25.1, its CPU backend in 14 variants beside libggml-base.so in bins/linux-x64/; glibc 2.34 suffices).
@@ -11,6 +11,12 @@
 #   ROOT/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path ROOT/usr/lib/x86_64-linux-gnu:... PROGRAM
 # debian-libggml1-1.0.0 is the same for Debian's libggml1 1.0.0-1~bpo13+1 (ggml 1.0.0, soname .so.1, the CPU
 # variants under ggml/backends1/).
+# debian-llama.cpp-0.7.0 is Debian's llama.cpp 1:0.7.0+dfsg-2 (unstable: llama.cpp-tools and llama.cpp-tools-extra,
+# i.e. llama-completion, llama-perplexity, llama-bench, llama-server, … over libllama0 and libggml0 0.27.0-1),
+# with unstable's libc6 (glibc 2.43), libstdc++6, libgcc-s1, libgomp1 and libssl3t64; its programs look for
+# their libraries in /usr/lib/x86_64-linux-gnu/llama and their CPU backend in ggml/backends0/, so they run as
+#   GGML_BACKEND_PATH=ROOT/usr/lib/x86_64-linux-gnu/ggml/backends0/libggml-cpu-VARIANT.so \
+#   ROOT/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path LIB:LIB/llama ROOT/usr/bin/llama-completion …
 # The packages are downloaded with apt-get under a private configuration (this machine's apt is untouched) and
 # checked against Debian's archive keyring, then unpacked with dpkg-deb.
 #
@@ -26,9 +32,13 @@ case "$name" in
     packages=(libggml0=0.27.0-1~bpo13+1 libc6 libstdc++6 libgcc-s1 libgomp1) ;;
   debian-libggml1-1.0.0)
     packages=(libggml1=1.0.0-1~bpo13+1 libc6 libstdc++6 libgcc-s1 libgomp1) ;;
+  debian-llama.cpp-0.7.0)
+    suite=sid
+    packages=(llama.cpp-tools=1:0.7.0+dfsg-2 llama.cpp-tools-extra=1:0.7.0+dfsg-2 libllama0=1:0.7.0+dfsg-2
+      libggml0=0.27.0-1 libc6 libstdc++6 libgcc-s1 libgomp1 libssl3t64) ;;
   node-llama-cpp-3.22.1)
     npm_package=@node-llama-cpp/linux-x64@3.22.1 ;;
-  *) die "usage: scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|debian-libggml1-1.0.0|node-llama-cpp-3.22.1" ;;
+  *) die "usage: scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|debian-libggml1-1.0.0|debian-llama.cpp-0.7.0|node-llama-cpp-3.22.1" ;;
 esac
 
 root_dir=${GGML_LOWBIT_CACHE_DIR:-$HOME/.cache/ggml-lowbit}/prebuilt
@@ -65,13 +75,20 @@ command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || die "needs ap
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -f "$keyring" ] || die "no Debian archive keyring at $keyring"
 
-apt_root="$root_dir/apt"
+# One private APT tree per suite: trixie with its backports, or unstable (whose Release file may be older than
+# its validity window on a mirror snapshot, hence Check-Valid-Until off; the signatures are still checked).
+suite=${suite:-trixie}
+apt_root="$root_dir/apt-$suite"
 mkdir -p "$apt_root"/etc/apt/{apt.conf.d,preferences.d,sources.list.d} "$apt_root"/var/lib/apt/lists/partial \
   "$apt_root"/var/cache/apt/archives/partial
-cat >"$apt_root/etc/apt/sources.list" <<LIST
+if [ "$suite" = sid ]; then
+  echo "deb [signed-by=$keyring] http://deb.debian.org/debian sid main" >"$apt_root/etc/apt/sources.list"
+else
+  cat >"$apt_root/etc/apt/sources.list" <<LIST
 deb [signed-by=$keyring] http://deb.debian.org/debian trixie main
 deb [signed-by=$keyring] http://deb.debian.org/debian trixie-backports main
 LIST
+fi
 cat >"$apt_root/apt.conf" <<CONF
 Dir::Etc "$apt_root/etc/apt";
 Dir::State "$apt_root/var/lib/apt";
@@ -81,6 +98,7 @@ Dir::Etc::SourceParts "$apt_root/etc/apt/sources.list.d";
 Dir::Etc::PreferencesParts "$apt_root/etc/apt/preferences.d";
 APT::Architecture "amd64";
 Acquire::Languages "none";
+Acquire::Check-Valid-Until "false";
 CONF
 echo "prebuilt $name: downloading ${packages[*]} (log: $log)" >&2
 dl="$root_dir/$name.debs"

@@ -1073,14 +1073,24 @@ pub struct VecDotSymbol<B: VecDotEntry> {
     name: &'static str,
     next: fn(&Next) -> Option<VecDotFn>,
     ours_over_stock: fn(&Kernels) -> bool,
-    /// Our kernel, when nothing but it runs for this symbol's calls (mode `Serve`, ours chosen over stock, no
-    /// counting): set by the first call, after which each call goes straight to it from the export, without
-    /// the configuration's checks, the panic guard's frame and two more calls. That path cost about 6 ns a
-    /// call on the Zen 5 machine, about a twelfth of a 4096-weight Q1_0 row (`docs/PERFORMANCE.md`).
-    direct: OnceLock<Option<RowDot<B, B::Y>>>,
+    /// Where this symbol's calls go once the first has been served, when one kernel alone runs them (no
+    /// counting): ours (mode `Serve`, ours chosen over stock), or stock's (passed, e.g. where ours is no
+    /// faster). Each call then goes straight there from the export, without the configuration's checks, the
+    /// panic guard's frame and two more calls. That path cost about 6 ns a call on the Zen 5 machine, about a
+    /// twelfth of a 4096-weight Q1_0 row (`docs/PERFORMANCE.md`), and about a tenth of the decode time of a
+    /// Q2_0 model whose rows pass to ggml ≥ 0.27.0's own kernel (Zen 3).
+    direct: OnceLock<Direct<B>>,
     /// Whether the stock symbol gave our kernel's bits on the agreement rows (`stock_agrees`); decided on
     /// first use.
     agrees: OnceLock<bool>,
+}
+
+/// Where a vec_dot symbol's calls go without the configuration (`VecDotSymbol::direct`).
+enum Direct<B: VecDotEntry> {
+    Ours(RowDot<B, B::Y>),
+    Stock(VecDotFn),
+    /// Through the configuration on every call (verify mode, counting).
+    Configured,
 }
 
 impl<B: VecDotEntry> VecDotSymbol<B> {
@@ -1267,7 +1277,7 @@ pub(crate) static VEC_DOT_IQ3_XXS: VecDotSymbol<BlockIQ3XXS> = VecDotSymbol::iq(
 pub(crate) static VEC_DOT_IQ3_S: VecDotSymbol<BlockIQ3S> = VecDotSymbol::iq();
 
 /// Serves one call of a vec_dot symbol over `n/QK` whole weight blocks (C's integer division): straight to
-/// our kernel once `symbol.direct` says so, else through `vec_dot_configured`. The direct path has no panic
+/// our kernel or to stock's once `symbol.direct` says so, else through `vec_dot_configured`. The direct path has no panic
 /// guard of its own: the kernels do not panic on rows of the lengths built here, and should one ever do, Rust
 /// aborts at the `extern "C"` boundary with the panic's message (no unwinding reaches C either way).
 ///
@@ -1276,21 +1286,26 @@ pub(crate) static VEC_DOT_IQ3_S: VecDotSymbol<BlockIQ3S> = VecDotSymbol::iq();
 /// meet, `s` is writable.
 #[inline(always)]
 pub unsafe fn vec_dot<B: VecDotEntry>(symbol: &'static VecDotSymbol<B>, a: VecDotArgs) {
-    if let Some(Some(kernel)) = symbol.direct.get() {
-        let nb = whole_blocks(a.n as i64, B::QK);
-        // SAFETY: the caller's contract: `s` is writable, `vx` holds `nb` blocks and `vy` the `nb·Y_PER_BLOCK`
-        // activation blocks they meet; the table entry runs on this CPU (`Kernels::new`).
-        unsafe { *a.s = kernel(view(a.vx, nb), view(a.vy, nb * B::Y_PER_BLOCK)) };
-    } else {
-        // The arguments one by one, so that they stay in registers on the direct path (a `VecDotArgs` passed
+    match symbol.direct.get() {
+        Some(Direct::Ours(kernel)) => {
+            let nb = whole_blocks(a.n as i64, B::QK);
+            // SAFETY: the caller's contract: `s` is writable, `vx` holds `nb` blocks and `vy` the
+            // `nb·Y_PER_BLOCK` activation blocks they meet; the table entry runs on this CPU (`Kernels::new`).
+            unsafe { *a.s = kernel(view(a.vx, nb), view(a.vy, nb * B::Y_PER_BLOCK)) };
+        }
+        // SAFETY: the shadowed symbol, with the caller's own arguments.
+        Some(Direct::Stock(stock)) => unsafe {
+            stock(a.n, a.s, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc)
+        },
+        // The arguments one by one, so that they stay in registers on the direct paths (a `VecDotArgs` passed
         // on is first stored to the stack, on every call).
         // SAFETY: passed on.
-        unsafe { vec_dot_configured(symbol, a.n, a.s, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc) }
+        _ => unsafe { vec_dot_configured(symbol, a.n, a.s, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc) },
     }
 }
 
 /// `vec_dot` through the configuration, under the panic guard: ours, stock's or both (`serve_vec_dot`);
-/// then records in `symbol.direct` whether later calls can go straight to our kernel.
+/// then records in `symbol.direct` whether later calls can go straight to our kernel or to stock's.
 ///
 /// # Safety
 /// As `vec_dot`.
@@ -1318,8 +1333,12 @@ unsafe fn vec_dot_configured<B: VecDotEntry>(
         let ours = || unsafe { kernel(view(a.vx, nb), view(a.vy, nb * B::Y_PER_BLOCK)) };
         // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
         unsafe { serve_vec_dot(symbol.name, next, mode, a, ours) };
-        let ours_alone = !counts(c) && matches!((mode, next), (Mode::Serve, _) | (_, None));
-        symbol.direct.get_or_init(|| ours_alone.then_some(kernel));
+        symbol.direct.get_or_init(|| match (counts(c), mode, next) {
+            (true, _, _) => Direct::Configured,
+            (false, Mode::Serve, _) | (false, _, None) => Direct::Ours(kernel),
+            (false, Mode::Disable, Some(stock)) => Direct::Stock(stock),
+            (false, Mode::Verify { .. }, _) => Direct::Configured,
+        });
     })
 }
 
