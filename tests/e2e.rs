@@ -127,6 +127,41 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `e2e --build debian-llama.cpp-0.7.0`: Debian's own llama.cpp 0.7.0 tools (ggml 0.27.0, fetched as packages,
+/// run through unstable's loader) with and without the preload: identical text and per-chunk perplexity at
+/// decode and prefill micro-batches, and the hook takes whole Q2_0 products there (in that ggml's own order).
+#[test]
+fn tiny_q2_0_model_gives_identical_text_and_perplexity_over_debians_llama_cpp() {
+    if !std::arch::is_x86_feature_detected!("avx2") {
+        println!("SKIPPED: Debian's Q2_0 kernel in the release variant needs AVX2 here");
+        return;
+    }
+    let dir = scratch("debian");
+    let model = tiny_model(&dir, "7");
+    let stdout = e2e_identical(&model, "debian-llama.cpp-0.7.0", "2", "1,33");
+    assert_eq!(stdout.matches("identical text").count(), 1, "{stdout}");
+    assert_eq!(
+        stdout.matches("identical per-chunk values").count(),
+        2,
+        "{stdout}"
+    );
+    assert!(stdout.contains("(ggml 0.27.0, "), "{stdout}");
+    // The hook's cell of the completion row: "… (N calls, M whole products)" with M > 0 (the prompt's prefill).
+    let hook_cell = stdout
+        .lines()
+        .find(|l| l.contains("llama-completion"))
+        .and_then(|l| l.split('|').nth(5))
+        .unwrap();
+    let whole: u64 = hook_cell
+        .split(" whole products)")
+        .next()
+        .and_then(|c| c.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(whole > 0, "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A tiny model of weight type `wtype` (ggml type `ggml_type` in `blk.1.ffn_down.weight`) through every build
 /// (stock, vec_dot preload, hook preload, patched), 2 threads at micro-batches `ubatch` and, with `one_thread`,
 /// 1 thread at 7, 33: identical text and per-chunk perplexity. `env` goes to the tools. The fork's types (142,

@@ -538,73 +538,29 @@ fn q2_0_avx2_model_child() {
     );
 }
 
-/// One run of a tool of Debian's llama.cpp 0.7.0 (fetched into `root`) through unstable's loader, with its CPU
-/// backend's haswell variant and, with `preload`, the library; repeated while llama.cpp's asynchronous log
-/// loses the line it prints last (`e2e::completion_marker`).
-fn debian_tool(
-    root: &Path,
-    tool: &str,
-    args: &[String],
-    preload: bool,
-) -> ggml_lowbit::ab::e2e::ToolRun {
-    use ggml_lowbit::ab::e2e;
-    let lib = root.join("usr/lib/x86_64-linux-gnu");
-    let marker = e2e::completion_marker(tool).expect("a tool with a last line");
-    for _ in 0..16 {
-        let mut cmd = Command::new(lib.join("ld-linux-x86-64.so.2"));
-        cmd.arg("--library-path")
-            .arg(format!("{}:{}", lib.display(), lib.join("llama").display()));
-        if preload {
-            cmd.arg("--preload").arg(library());
-        }
-        cmd.arg(root.join("usr/bin").join(tool))
-            .args(args)
-            .env(
-                "GGML_BACKEND_PATH",
-                lib.join("ggml/backends0/libggml-cpu-haswell.so"),
-            )
-            .env("GGML_LOWBIT_LOG", "1")
-            .env_remove("LD_PRELOAD")
-            .env_remove("GGML_LOWBIT_SERVE_ALL")
-            .env_remove("GGML_LOWBIT_MATCH");
-        let out = cmd
-            .output()
-            .expect("run the tool through unstable's loader");
-        let run = e2e::ToolRun {
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            seconds: 0.0,
-        };
-        assert!(out.status.success(), "{tool}: {}", run.stderr);
-        if run.stdout.contains(marker) || run.stderr.contains(marker) {
-            return run;
-        }
-    }
-    panic!("{tool} lost the end of its output in 16 runs in a row");
-}
-
 /// Debian's llama.cpp 0.7.0 (upstream b11669 over ggml 0.27.0, whose Q2_0 has its own AVX2 kernel): its own
-/// `llama-completion` and `llama-perplexity`, through unstable's loader, on tiny Q2_0 and Q1_0 models, give the
-/// same greedy text and the same perplexity in every chunk (micro-batches of 128 tokens: prefill) with the
-/// library preloaded as without it; the library serves Q2_0 in that kernel's order, the hook is on and, for
-/// Q2_0, takes whole products.
+/// `llama-completion` and `llama-perplexity` (`e2e::tools_dir`: through unstable's loader, with the CPU variant
+/// a release picks here), on tiny Q2_0 and Q1_0 models, give the same greedy text and the same perplexity in
+/// every chunk (micro-batches of 128 tokens: prefill) with the library preloaded as without it; the library
+/// serves Q2_0 in that kernel's order, the hook is on and, for Q2_0, takes whole products.
 #[test]
 fn debian_llama_cpp_tools_keep_their_text_and_perplexity_with_the_library() {
-    use ggml_lowbit::ab::e2e;
+    use ggml_lowbit::ab::e2e::{self, Preload};
     if !runs_here("haswell") {
         println!("SKIPPED: this CPU cannot run the haswell variant (AVX2, FMA, F16C, BMI2)");
         return;
     }
-    let root = ggml_lowbit::stock::run_build_script(
-        "prebuilt-ggml.sh",
-        "debian-llama.cpp-0.7.0",
-        "usr/bin/llama-perplexity",
-    )
-    .unwrap_or_else(|e| panic!("debian-llama.cpp-0.7.0 (scripts/prebuilt-ggml.sh): {e}"));
+    let tools = e2e::tools_dir(e2e::DEBIAN_TOOLS)
+        .unwrap_or_else(|e| panic!("{} (scripts/prebuilt-ggml.sh): {e}", e2e::DEBIAN_TOOLS));
     let dir = std::env::temp_dir().join(format!("ggml-lowbit-debian-tools-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let text = dir.join("text.txt");
     std::fs::write(&text, e2e::perplexity_text()).unwrap();
+    let lib = library();
+    let preload = Some(Preload {
+        lib: Some(&lib),
+        env: e2e::WITH_HOOK,
+    });
     for wtype in ["q2_0", "q1_0"] {
         let model = dir.join(format!("tiny-{wtype}.gguf"));
         let made = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
@@ -613,17 +569,21 @@ fn debian_llama_cpp_tools_keep_their_text_and_perplexity_with_the_library() {
             .output()
             .expect("run the harness");
         assert!(made.status.success());
+        let run = |tool: &str, args: &[String], preload| {
+            e2e::run_tool(&tools, tool, args, preload, false)
+                .unwrap_or_else(|e| panic!("{wtype}: {e}"))
+        };
         let args = e2e::completion_args(&model, 2, 16);
         let (stock, ours) = (
-            debian_tool(&root, "llama-completion", &args, false),
-            debian_tool(&root, "llama-completion", &args, true),
+            run("llama-completion", &args, None),
+            run("llama-completion", &args, preload),
         );
         assert_eq!(stock.stdout, ours.stdout, "{wtype}: {}", ours.stderr);
         assert!(e2e::hook_on(&ours), "{wtype}: {}", ours.stderr);
         let args = e2e::perplexity_args(&model, &text, 2, 3, 128);
         let (stock, ours) = (
-            debian_tool(&root, "llama-perplexity", &args, false),
-            debian_tool(&root, "llama-perplexity", &args, true),
+            run("llama-perplexity", &args, None),
+            run("llama-perplexity", &args, preload),
         );
         let (values, _) = e2e::perplexity_values(&stock);
         assert!(values.len() >= 2, "{}", stock.stderr);
@@ -634,14 +594,6 @@ fn debian_llama_cpp_tools_keep_their_text_and_perplexity_with_the_library() {
             ours.stderr
         );
         println!("{wtype}: perplexity per chunk {values:?}, identical with the library");
-        println!(
-            "{}",
-            ours.stderr
-                .lines()
-                .filter(|l| l.contains("ggml-lowbit"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
         assert!(e2e::served_calls(&ours) > 0, "{wtype}: {}", ours.stderr);
         if wtype == "q2_0" {
             assert!(
@@ -650,7 +602,7 @@ fn debian_llama_cpp_tools_keep_their_text_and_perplexity_with_the_library() {
                 "{}",
                 ours.stderr
             );
-            assert!(whole_products(&ours.stderr) > 0, "{}", ours.stderr);
+            assert!(e2e::whole_products(&ours) > 0, "{}", ours.stderr);
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

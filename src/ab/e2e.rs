@@ -233,6 +233,17 @@ pub fn perplexity_text() -> String {
     para.repeat(24)
 }
 
+/// Whole MUL_MAT products the hook took in a preloaded run (its `GGML_LOWBIT_LOG` exit line), 0 if none.
+pub fn whole_products(run: &ToolRun) -> u64 {
+    const TAG: &str = "ggml-lowbit: ";
+    run.stderr
+        .lines()
+        .filter_map(|l| l.find(TAG).map(|i| &l[i + TAG.len()..]))
+        .filter(|rest| rest.contains(" whole MUL_MAT products"))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// Whether a preloaded run's log shows the `mul_mat` hook serving products.
 pub fn hook_on(run: &ToolRun) -> bool {
     run.stderr.contains("ggml-lowbit: mul_mat hook on")
@@ -343,10 +354,98 @@ pub fn read_bandwidth(threads: usize) -> f64 {
     samples[samples.len() / 2]
 }
 
+/// Debian's llama.cpp 0.7.0 (upstream b11669 over Debian's ggml 0.27.0), fetched as packages by
+/// `scripts/prebuilt-ggml.sh`: the newest llama.cpp a user gets without compiling, whose Q2_0 has ggml's own
+/// AVX2 kernel.
+pub const DEBIAN_TOOLS: &str = "debian-llama.cpp-0.7.0";
+
+/// The tools Debian's llama.cpp 0.7.0 runs, fetched on first use: a folder of small wrappers (one per tool,
+/// `lowbit-bin-VARIANT/` in the fetched tree) that start each program through unstable's loader (it needs
+/// glibc 2.43) with the CPU variant a release ggml picks on this CPU (`release_cpu_variant`) as its backend.
+/// `LD_PRELOAD` reaches the program through the loader, so the wrappers run like any other build's tools.
+fn debian_tools_dir() -> Result<PathBuf, String> {
+    let root = crate::stock::run_build_script(
+        "prebuilt-ggml.sh",
+        DEBIAN_TOOLS,
+        "usr/bin/llama-perplexity",
+    )?;
+    let variant = release_cpu_variant();
+    let dir = root.join(format!("lowbit-bin-{variant}"));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let lib = root.join("usr/lib/x86_64-linux-gnu");
+    for tool in ["llama-completion", "llama-perplexity", "llama-bench"] {
+        let script = format!(
+            "#!/bin/sh\n# Debian's {tool} through unstable's loader, CPU backend variant {variant} (ggml-lowbit-ab)\n\
+             L='{lib}'\nGGML_BACKEND_PATH=\"$L/ggml/backends0/libggml-cpu-{variant}.so\" \
+             exec \"$L/ld-linux-x86-64.so.2\" --library-path \"$L:$L/llama\" '{bin}' \"$@\"\n",
+            lib = lib.display(),
+            bin = root.join("usr/bin").join(tool).display(),
+        );
+        let path = dir.join(tool);
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(script.as_str()) {
+            use std::os::unix::fs::PermissionsExt;
+            let tmp = dir.join(format!(".{tool}.tmp"));
+            std::fs::write(&tmp, &script).map_err(|e| format!("{}: {e}", tmp.display()))?;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(dir)
+}
+
+/// The CPU backend variant a release ggml (14 x86 variants, `GGML_BACKEND_DL`) loads on this CPU: the one
+/// with the most of the features its build needs, all present (ggml scores each variant and takes the best).
+pub fn release_cpu_variant() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        let haswell = has!("avx2") && has!("fma") && has!("f16c") && has!("bmi2");
+        let skylakex = haswell
+            && has!("avx512f")
+            && has!("avx512cd")
+            && has!("avx512bw")
+            && has!("avx512dq")
+            && has!("avx512vl");
+        let icelake = skylakex && has!("avx512vnni") && has!("avx512vbmi");
+        let zen4 = icelake && has!("avx512bf16");
+        // AMX is not detectable from stable Rust's macro; the kernel's flags say it.
+        let amx = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
+            c.lines()
+                .find(|l| l.starts_with("flags"))
+                .is_some_and(|l| l.split_whitespace().any(|f| f == "amx_int8"))
+        });
+        if zen4 && amx {
+            "sapphirerapids"
+        } else if zen4 {
+            "zen4"
+        } else if icelake {
+            "icelake"
+        } else if skylakex {
+            "skylakex"
+        } else if haswell && has!("avxvnni") {
+            "alderlake"
+        } else if haswell {
+            "haswell"
+        } else if has!("avx") {
+            "sandybridge"
+        } else if has!("sse4.2") {
+            "sse42"
+        } else {
+            "x64"
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    "x64"
+}
+
 /// Where the tools of one "stock" build variant are: the pinned stock builds (`haswell`, `x64`, `haswell-dl`,
 /// `scripts/stock-llama.sh`) or the stand-in fork (`fork-haswell`, `fork-x64`: the pinned tree with
 /// `ggml-patch/fork-types.patch`, `scripts/patched-llama.sh`), built on first use.
 pub fn tools_dir(variant: &str) -> Result<PathBuf, String> {
+    if variant == DEBIAN_TOOLS {
+        return debian_tools_dir();
+    }
     if variant.starts_with("fork-") {
         crate::stock::run_build_script("patched-llama.sh", variant, "llama-completion")
     } else {

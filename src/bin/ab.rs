@@ -62,6 +62,12 @@ enum E2eBuild {
     ForkX64,
     /// Every build that loads the model: the three stock builds, or the two stand-in forks for a fork model.
     All,
+    /// Debian's llama.cpp 0.7.0 (ggml 0.27.0, whose Q2_0 has its own AVX2 kernel), fetched as packages and run
+    /// through unstable's loader with the CPU variant a release picks here.
+    #[value(name = "debian-llama.cpp-0.7.0")]
+    DebianLlamaCpp,
+    /// The matrix: the pinned tree's haswell, DL and x64 builds, then Debian's llama.cpp 0.7.0.
+    Matrix,
 }
 
 impl E2eBuild {
@@ -83,6 +89,13 @@ impl E2eBuild {
             E2eBuild::Haswell => vec!["haswell"],
             E2eBuild::X64 => vec!["x64"],
             E2eBuild::HaswellDl => vec!["haswell-dl"],
+            E2eBuild::DebianLlamaCpp => vec![ggml_lowbit::ab::e2e::DEBIAN_TOOLS],
+            E2eBuild::Matrix => vec![
+                "haswell",
+                "haswell-dl",
+                "x64",
+                ggml_lowbit::ab::e2e::DEBIAN_TOOLS,
+            ],
         })
     }
 }
@@ -422,7 +435,11 @@ fn cmd_e2e(
     for variant in variants {
         let dir = e2e::tools_dir(variant)?;
         let patched_dir = e2e::patched_tools_dir(variant)?;
-        let b = variant.to_string();
+        let b = if variant == e2e::DEBIAN_TOOLS {
+            format!("{variant} (ggml 0.27.0, {})", e2e::release_cpu_variant())
+        } else {
+            format!("{variant} (ggml 0.25.3)")
+        };
         // Stock, preloaded with the vec_dot exports only, preloaded with the mul_mat hook on as well, and the
         // patched build (where there is one).
         let four = |tool: &str, args: &[String]| -> Result<[Option<ToolRun>; 4]> {
@@ -480,8 +497,14 @@ fn cmd_e2e(
             && s.stdout == h.stdout
             && pt.as_ref().is_none_or(|p| p.stdout == s.stdout);
         ok &= same;
-        let calls =
-            |r: &ToolRun| format!("{} ({} calls)", short(&r.stdout, 24), e2e::served_calls(r));
+        let calls = |r: &ToolRun| {
+            format!(
+                "{} ({} calls, {} whole products)",
+                short(&r.stdout, 24),
+                e2e::served_calls(r),
+                e2e::whole_products(r)
+            )
+        };
         lines.push(E2eLine {
             build: b.clone(),
             check: format!("llama-completion, greedy, {n_predict} tokens, {threads} thread(s)"),
