@@ -95,7 +95,7 @@ pub fn default_order() -> FloatOrder {
 }
 
 /// The fewest columns for which the Q2_0 tiles in ggml ≥ 0.27.0's AVX2 order beat that kernel's own product.
-pub const Q2_0_AVX2_ORDER_MIN_COLUMNS: usize = 8;
+pub(crate) const Q2_0_AVX2_ORDER_MIN_COLUMNS: usize = 8;
 
 /// Which stock Q2_0 kernel a table's Q2_0 kernels reproduce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

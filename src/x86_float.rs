@@ -10,7 +10,7 @@
 //! is a property of the compiled instruction, so a model names the order the stock binary uses.
 
 /// The NaN x86 returns for an invalid operation on numbers.
-pub const DEFAULT_NAN: u32 = 0xffc0_0000;
+pub(crate) const DEFAULT_NAN: u32 = 0xffc0_0000;
 const QUIET_BIT: u32 = 0x0040_0000;
 
 /// `v` made quiet (a signalling NaN gets the quiet bit; anything else is unchanged).
