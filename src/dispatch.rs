@@ -340,15 +340,17 @@ pub const FORMS_BY_CPU: [(CpuClass, KernelChoices); 3] = [
     ),
 ];
 
-/// The names `GGML_LOWBIT_FORMS` takes: the five `KernelChoices` and `chunks`, the whole-product hook's
-/// dynamic row chunks (`hook.rs`; `chunks=0` gives each thread a fixed share).
-pub const FORM_NAMES: [&str; 6] = [
+/// The names `GGML_LOWBIT_FORMS` takes: the five `KernelChoices`, `chunks`, the whole-product hook's
+/// dynamic row chunks (`hook.rs`; `chunks=0` gives each thread a fixed share), and `q2-vnni-tiles`, the AVX-512
+/// VNNI tiles for Q2_0 in ggml ≥ 0.27.0's own order (off until they have run on a CPU with AVX-512 VNNI).
+pub const FORM_NAMES: [&str; 7] = [
     "iq-gather",
     "iq2s-permutes",
     "q1-masked-loads",
     "scale-gather",
     "q1-lookups",
     "chunks",
+    "q2-vnni-tiles",
 ];
 
 /// Variables that once chose single forms; setting one aborts with a pointer to `GGML_LOWBIT_FORMS`, so that a
@@ -942,16 +944,31 @@ impl Kernels {
     }
 
     /// This table with its Q2_0 kernels (the vec_dot and the tiles) in ggml ≥ 0.27.0's own AVX2 order, for a stock
-    /// library whose Q2_0 kernel the probe found in it; the scalar model where the table has no AVX2.
-    pub fn with_q2_0_in_ggml_avx2_order(mut self) -> Kernels {
+    /// library whose Q2_0 kernel the probe found in it; the scalar model where the table has no AVX2. The AVX-512
+    /// VNNI tiles in that order have not run on a CPU with AVX-512 yet: only `GGML_LOWBIT_FORMS=q2-vnni-tiles=1`
+    /// picks them.
+    pub fn with_q2_0_in_ggml_avx2_order(self) -> Kernels {
+        let vnni_tiles = FormOverrides::from_env()
+            .get("q2-vnni-tiles")
+            .unwrap_or(false);
+        self.with_q2_0_in_ggml_avx2_order_tiles(vnni_tiles)
+    }
+
+    /// `with_q2_0_in_ggml_avx2_order` with the AVX-512 VNNI tiles chosen or not (they need an AVX-512 table).
+    pub fn with_q2_0_in_ggml_avx2_order_tiles(mut self, vnni_tiles: bool) -> Kernels {
         self.q2_0_chain = Q2Chain::GgmlAvx2;
         #[cfg(target_arch = "x86_64")]
         if self.isa >= Isa::Avx2 {
-            use crate::arch::x86::avx2;
+            use crate::arch::x86::{avx2, avx512};
             self.vec_dot_q2_0_q8_0 = avx2::vec_dot_q2_0_q8_0_avx2_order;
-            self.mul_mat_q2_0_q8_0 = avx2::mul_mat_q2_0_q8_0_avx2_order;
+            self.mul_mat_q2_0_q8_0 = if vnni_tiles && self.isa == Isa::Avx512 {
+                avx512::mul_mat_q2_0_q8_0_avx2_order
+            } else {
+                avx2::mul_mat_q2_0_q8_0_avx2_order
+            };
             return self;
         }
+        let _ = vnni_tiles;
         self.vec_dot_q2_0_q8_0 = q2_0::vec_dot_q2_0_q8_0_avx2_model;
         self.mul_mat_q2_0_q8_0 =
             |x, y, emit| mul_mat_by_pairs(q2_0::vec_dot_q2_0_q8_0_avx2_model, x, y, emit);
@@ -1464,6 +1481,9 @@ mod tests {
             assert_eq!(o.apply(KernelChoices::default()), want, "{name}");
         }
         assert_eq!(FormOverrides::parse("chunks=1").unwrap().apply(base), base);
+        let vnni = FormOverrides::parse("q2-vnni-tiles=1").unwrap();
+        assert_eq!(vnni.apply(base), base);
+        assert_eq!(vnni.get("q2-vnni-tiles"), Some(true));
         for bad in [
             "iq-gather=2",
             "gather=1",

@@ -198,7 +198,7 @@ fn configuration_is_read_from_the_environment_and_bad_values_abort() {
     }
     for (spec, message) in [
         ("iq-gather=yes", "iq-gather=\"yes\" is not one of 0, 1"),
-        ("gathers=1", "\"gathers\" is not one of iq-gather, iq2s-permutes, q1-masked-loads, scale-gather, q1-lookups, chunks"),
+        ("gathers=1", "\"gathers\" is not one of iq-gather, iq2s-permutes, q1-masked-loads, scale-gather, q1-lookups, chunks, q2-vnni-tiles"),
         ("iq-gather", "\"iq-gather\" is not name=0|1"),
         ("chunks=0,chunks=1", "chunks is given twice"),
         ("iq-gather=1,", "\"\" is not name=0|1"),

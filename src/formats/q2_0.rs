@@ -97,7 +97,7 @@ pub fn vec_dot_q2_0_q8_0_nofma_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
 /// 1.0.0: `d_x` before `d_y`, the scale before the accumulator, the first accumulator before the second, the
 /// low lanes before the high ones, then `l2 + l6` before `l0 + l4` and `l3 + l7` before `l1 + l5`.
 pub fn vec_dot_q2_0_q8_0_avx2_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
-    use crate::x86_float::{add, fmadd, mul};
+    use crate::x86_float::{fmadd, mul};
     let mut acc = [[0f32; 8]; 2];
     for (i, xb) in x.iter().enumerate() {
         let a = &mut acc[i % 2];
@@ -112,7 +112,13 @@ pub fn vec_dot_q2_0_q8_0_avx2_model(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
             }
         }
     }
-    avx2_model_reduce(std::array::from_fn(|k| add(acc[0][k], acc[1][k])))
+    avx2_model_reduce(avx2_model_lanes(acc[0], acc[1]))
+}
+
+/// The two accumulators of `vec_dot_q2_0_q8_0_avx2_model` added lane by lane, the first one's NaN first
+/// (stock's `vaddps acc0, acc1`).
+pub fn avx2_model_lanes(acc0: [f32; 8], acc1: [f32; 8]) -> [f32; 8] {
+    std::array::from_fn(|k| crate::x86_float::add(acc0[k], acc1[k]))
 }
 
 /// The end of `vec_dot_q2_0_q8_0_avx2_model` from its eight lanes (the accumulators already added), in the

@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use crate::ab::guard::{
     as_floats, float_bytes, install_fault_handler, set_case, GuardedRegion, Side,
 };
-use crate::dispatch::{detected_isa, Isa, Kernels};
+use crate::dispatch::{detected_isa, Isa, Kernels, Q2Chain};
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
 use crate::formats::iq2_xxs::BlockIQ2XXS;
@@ -47,7 +47,8 @@ fn same(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
 }
 
-/// Every table the library can run here: each instruction set up to the CPU's, each per-CPU form, both orders.
+/// Every table the library can run here: each instruction set up to the CPU's, each per-CPU form, both orders,
+/// and the haswell tables with Q2_0 in ggml ≥ 0.27.0's own AVX2 order (at AVX-512 with either tiles).
 fn every_table() -> Vec<Kernels> {
     FloatOrder::ALL
         .into_iter()
@@ -57,11 +58,34 @@ fn every_table() -> Vec<Kernels> {
                 .filter(|&i| i <= detected_isa())
                 .flat_map(move |i| Kernels::every_variant(i, order))
         })
+        .flat_map(|k| {
+            let ggml_order = k.order == FloatOrder::Haswell;
+            [
+                Some(k),
+                ggml_order.then(|| k.with_q2_0_in_ggml_avx2_order_tiles(false)),
+                (ggml_order && k.isa == Isa::Avx512)
+                    .then(|| k.with_q2_0_in_ggml_avx2_order_tiles(true)),
+            ]
+        })
+        .flatten()
         .collect()
 }
 
+/// The scalar table whose values `k`'s must equal: its float order, and its Q2_0 chain.
+fn scalar_model_of(k: &Kernels) -> Kernels {
+    let model = Kernels::new(Isa::Scalar, k.order);
+    match k.q2_0_chain {
+        Q2Chain::GenericC => model,
+        Q2Chain::GgmlAvx2 => model.with_q2_0_in_ggml_avx2_order_tiles(false),
+    }
+}
+
 fn table_name(k: &Kernels) -> String {
-    format!("{:?} {}{}", k.isa, k.order.name(), k.forms_note())
+    let chain = match k.q2_0_chain {
+        Q2Chain::GenericC => "",
+        Q2Chain::GgmlAvx2 => ", Q2_0 in ggml's AVX2 order",
+    };
+    format!("{:?} {}{}{chain}", k.isa, k.order.name(), k.forms_note())
 }
 
 /// Random weight blocks: every byte random (grid indices, signs, scales: NaN and Inf scales included, which
@@ -115,7 +139,7 @@ fn vec_dot_stays_inside<B: RawBlock, Y: RawBlock>(
     let (mut gx, mut gy) = (GuardedRegion::new(1 << 16), GuardedRegion::new(1 << 16));
     let mut rng = SmallRng::seed_from_u64(0xb0d5);
     for k in every_table() {
-        let model = Kernels::new(Isa::Scalar, k.order);
+        let model = scalar_model_of(&k);
         for nb in BLOCK_COUNTS {
             let x: Vec<B> = weight_blocks(&mut rng, nb);
             let y = activations(&mut rng, nb * y_per_block);
@@ -184,7 +208,7 @@ fn mul_mat_stays_inside<B: RawBlock, Y: RawBlock>(
         (65, 18, 1),
     ];
     for k in every_table() {
-        let model = Kernels::new(Isa::Scalar, k.order);
+        let model = scalar_model_of(&k);
         for (case, &(nb, rows, cols)) in shapes.iter().enumerate() {
             let (x_stride, y_stride) = (nb + case % 2, nb * y_per_block + case % 3);
             let x: Vec<B> = weight_blocks(&mut rng, (rows - 1) * x_stride + nb);
@@ -245,7 +269,7 @@ fn dequantize_stays_inside<B: RawBlock>(
     let (mut gx, mut gout) = (GuardedRegion::new(1 << 16), GuardedRegion::new(1 << 16));
     let mut rng = SmallRng::seed_from_u64(0xde90);
     for k in every_table() {
-        let model = Kernels::new(Isa::Scalar, k.order);
+        let model = scalar_model_of(&k);
         for nb in BLOCK_COUNTS {
             let x: Vec<B> = weight_blocks(&mut rng, nb);
             let mut want = vec![0f32; qk * nb];
@@ -293,7 +317,7 @@ fn quantize_stays_inside<Y: RawBlock + Default>(
     let mut rng = SmallRng::seed_from_u64(0x9a47);
     let specials = [0.0f32, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
     for k in every_table() {
-        let model = Kernels::new(Isa::Scalar, k.order);
+        let model = scalar_model_of(&k);
         for nb in BLOCK_COUNTS {
             let x: Vec<f32> = (0..qk * nb)
                 .map(|_| match rng.gen_range(0..100) {

@@ -536,12 +536,24 @@ mod tests {
         use crate::formats::q2_0::vec_dot_q2_0_q8_0_avx2_model as model;
         use crate::tiles::Rows;
         let mut rng = SmallRng::seed_from_u64(60);
+        // Every table, and at AVX-512 also with the VNNI tiles (not picked by default until they have run here).
         let tables: Vec<Kernels> = [Isa::Scalar, Isa::Avx2, Isa::Avx512]
             .into_iter()
             .filter(|&i| i <= detected_isa())
             .flat_map(|i| Kernels::every_variant(i, FloatOrder::Haswell))
-            .map(Kernels::with_q2_0_in_ggml_avx2_order)
+            .flat_map(|k| {
+                let vnni =
+                    (k.isa == Isa::Avx512).then(|| k.with_q2_0_in_ggml_avx2_order_tiles(true));
+                [Some(k.with_q2_0_in_ggml_avx2_order_tiles(false)), vnni]
+            })
+            .flatten()
             .collect();
+        if detected_isa() < Isa::Avx512 {
+            println!(
+                "SKIPPED: the AVX-512 VNNI tiles in ggml ≥ 0.27.0's order (this CPU has no AVX-512); the scalar \
+                 and AVX2 tables ran"
+            );
+        }
         // Scales: as the other tests, or (`nan_heavy`) a NaN with a random payload and sign one time in three,
         // so that NaNs meet NaNs in every operation whose operand order decides which one comes out.
         let scale = |rng: &mut SmallRng, nan_heavy: bool| {

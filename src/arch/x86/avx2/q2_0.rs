@@ -404,7 +404,7 @@ pub unsafe fn dequantize_row_q2_0(x: &[BlockQ2_0], y: &mut [f32]) {
 // sums of four weights, `fma(sum, d_x·d_y, acc)` per lane into one of two accumulators (even and odd blocks).
 // Its NaN results follow the stock instructions' operands: the compiler may put either operand of a multiply
 // or an add first, so the two operations whose operands may both be NaN pick the first one explicitly
-// (`scale_product`, `add_lanes_in_order`); in the FMA only the scale and the accumulator may be NaN, and the
+// (`scale_product`, `q2_0::avx2_model_lanes`); in the FMA only the scale and the accumulator may be NaN, and the
 // scale, a multiplicand, comes first in every FMA form.
 
 /// `d_x·d_y` with `d_x`'s NaN before `d_y`'s, as stock's `vmulss d_x, d_y`: the product, or `d_x` itself where
@@ -413,11 +413,6 @@ pub unsafe fn dequantize_row_q2_0(x: &[BlockQ2_0], y: &mut [f32]) {
 unsafe fn scale_product(dx: __m256, dx_nan: __m256, dy: __m256) -> __m256 {
     // SAFETY: register-only AVX; the callers enable AVX2.
     unsafe { _mm256_blendv_ps(_mm256_mul_ps(dx, dy), dx, dx_nan) }
-}
-
-/// The two accumulators added lane by lane, the first one's NaN first (stock's `vaddps acc0, acc1`).
-fn add_lanes_in_order(acc0: [f32; 8], acc1: [f32; 8]) -> [f32; 8] {
-    std::array::from_fn(|l| crate::x86_float::add(acc0[l], acc1[l]))
 }
 
 /// Half `h` of a Q2_0 block's codes (its 16 code bytes at `codes`) as one byte per weight in weight order:
@@ -488,7 +483,9 @@ pub unsafe fn vec_dot_q2_0_q8_0_avx2_order(x: &[BlockQ2_0], y: &[BlockQ8_0]) -> 
         let mut lanes = [[0f32; 8]; 2];
         _mm256_storeu_ps(lanes[0].as_mut_ptr(), acc[0]);
         _mm256_storeu_ps(lanes[1].as_mut_ptr(), acc[1]);
-        crate::formats::q2_0::avx2_model_reduce(add_lanes_in_order(lanes[0], lanes[1]))
+        crate::formats::q2_0::avx2_model_reduce(crate::formats::q2_0::avx2_model_lanes(
+            lanes[0], lanes[1],
+        ))
     }
 }
 
@@ -558,7 +555,9 @@ pub(crate) unsafe fn q2_lane_tile_rows<const R: usize, const C: usize>(
         }
     }
     let [even, odd] = lanes;
-    std::array::from_fn(|c| std::array::from_fn(|r| add_lanes_in_order(even[c][r], odd[c][r])))
+    std::array::from_fn(|c| {
+        std::array::from_fn(|r| crate::formats::q2_0::avx2_model_lanes(even[c][r], odd[c][r]))
+    })
 }
 
 /// Four rows against one column as two passes of two rows (see `q2_lane_tile_rows`).

@@ -50,8 +50,8 @@ use crate::formats::tq2_0::BlockTQ2_0;
 use crate::fp16::F16_TO_F32_TABLE;
 use crate::tiles::{
     mul_mat_by_pairs, mul_mat_fork_tiles, mul_mat_q1_0_tiles, mul_mat_q2_0_tiles, mul_mat_tq_tiles,
-    tq_prepare_column, Emit, ForkColumnBatch, LaneTileKernels, Q1ColumnPair, Q2ColumnBatch, Rows,
-    TqColumnBlock, TqQuants,
+    tq_prepare_column, Emit, ForkColumnBatch, LaneTileKernels, Q1ColumnPair, Q2ColumnBatch,
+    Q2LaneColumnBlock, Rows, TqColumnBlock, TqQuants,
 };
 
 const Q2_BYTES: usize = 18;

@@ -537,3 +537,156 @@ pub unsafe fn dequantize_row_q2_0(x: &[BlockQ2_0], y: &mut [f32]) {
         }
     }
 }
+
+// ggml ≥ 0.27.0's own AVX2 order (`formats::q2_0::vec_dot_q2_0_q8_0_avx2_model`, `avx2/q2_0.rs`) with VNNI: one
+// zmm holds the eight lanes of two elements (one row against two columns), so each step does twice the work
+// of the AVX2 one, and one `vpdpbusd` from the columns' negated quant sums gives the exact lane sums that
+// `vpmaddubsw`, `vpmaddwd` and a subtraction give there. The scale product keeps `d_x`'s NaN first with a
+// masked move; in the FMA only the scale and the accumulator can be NaN, and every form takes the scale's first.
+//
+// Not yet run on a CPU with AVX-512: the dispatcher takes it only under `GGML_LOWBIT_FORMS=q2-vnni-tiles=1`, and
+// its tier-1 test runs only where the CPU has AVX-512 (`arch/x86/mod.rs`).
+
+/// Two columns' halves of one block side by side: for half `h`, `[column a | column b]` quants, negated quant
+/// lane sums, and scales.
+#[inline(always)]
+unsafe fn q2_lane_column_pair(
+    a: &Q2LaneColumnBlock,
+    b: &Q2LaneColumnBlock,
+    h: usize,
+) -> (__m512i, __m512i, __m512) {
+    // SAFETY: loads inside the two entries; features come from the caller.
+    unsafe {
+        let pair = |x: *const u8, y: *const u8| {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(x as *const __m256i)),
+                _mm256_loadu_si256(y as *const __m256i),
+            )
+        };
+        let q = pair(
+            a.q.as_ptr().add(32 * h) as *const u8,
+            b.q.as_ptr().add(32 * h) as *const u8,
+        );
+        let qsum = pair(
+            a.qsum.as_ptr().add(8 * h) as *const u8,
+            b.qsum.as_ptr().add(8 * h) as *const u8,
+        );
+        let d = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+            _mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(a.d[h]))),
+            _mm256_castps_pd(_mm256_set1_ps(b.d[h])),
+        ));
+        (q, _mm512_sub_epi32(_mm512_setzero_si512(), qsum), d)
+    }
+}
+
+/// The eight lanes (both accumulators added) of `R` rows against `C` prepared columns (`C` even, taken in
+/// pairs) in ggml ≥ 0.27.0's AVX2 order, over `nb` blocks: even blocks, then odd ones, as the AVX2 tiles.
+///
+/// # Safety
+/// The CPU must have the AVX-512 set of `Isa::Avx512`; every row holds `nb` blocks and every column `nb`
+/// entries; `C` is even.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn q2_lane_tile_rows_vnni<const R: usize, const C: usize>(
+    nb: usize,
+    rows: [*const u8; R],
+    cols: [&[Q2LaneColumnBlock]; C],
+) -> [[[f32; 8]; R]; C] {
+    debug_assert!(C.is_multiple_of(2));
+    let mut lanes = [[[[0f32; 8]; R]; C]; 2];
+    // SAFETY: block i < nb of every row and entry i of every column exist (the caller's contract).
+    unsafe {
+        for (parity, lanes) in lanes.iter_mut().enumerate() {
+            let mut acc = [[_mm512_setzero_ps(); C]; R];
+            let mut i = parity;
+            while i < nb {
+                let mut pairs = [[(
+                    _mm512_setzero_si512(),
+                    _mm512_setzero_si512(),
+                    _mm512_setzero_ps(),
+                ); 2]; C];
+                for p in 0..C / 2 {
+                    let (a, b) = (
+                        cols[2 * p].get_unchecked(i),
+                        cols[2 * p + 1].get_unchecked(i),
+                    );
+                    pairs[p] = [q2_lane_column_pair(a, b, 0), q2_lane_column_pair(a, b, 1)];
+                }
+                for r in 0..R {
+                    let xb = rows[r].add(i * Q2_BYTES);
+                    prefetch_ahead(xb, 2 * Q2_BYTES);
+                    let dx =
+                        _mm512_cvtph_ps(_mm256_set1_epi16((xb as *const i16).read_unaligned()));
+                    let dx_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(dx, dx);
+                    let codes = q2_group_codes(xb.add(2));
+                    let halves = [
+                        _mm512_shuffle_i64x2::<0x44>(codes, codes),
+                        _mm512_shuffle_i64x2::<0xee>(codes, codes),
+                    ];
+                    for p in 0..C / 2 {
+                        for (h, &c) in halves.iter().enumerate() {
+                            let (q, neg_qsum, dy) = pairs[p][h];
+                            let s = _mm512_dpbusd_epi32(neg_qsum, c, q);
+                            let d = _mm512_mask_mov_ps(_mm512_mul_ps(dx, dy), dx_nan, dx);
+                            acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[r][p]);
+                        }
+                    }
+                }
+                i += 2;
+            }
+            for r in 0..R {
+                for p in 0..C / 2 {
+                    let mut both = [0f32; 16];
+                    _mm512_storeu_ps(both.as_mut_ptr(), acc[r][p]);
+                    lanes[2 * p][r].copy_from_slice(&both[..8]);
+                    lanes[2 * p + 1][r].copy_from_slice(&both[8..]);
+                }
+            }
+        }
+    }
+    let [even, odd] = lanes;
+    std::array::from_fn(|c| {
+        std::array::from_fn(|r| crate::formats::q2_0::avx2_model_lanes(even[c][r], odd[c][r]))
+    })
+}
+
+/// One column as a pair with itself (the lane-tile driver's single-column steps), the duplicate dropped.
+///
+/// # Safety
+/// As `q2_lane_tile_rows_vnni`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+unsafe fn q2_lane_tile_rows_vnni_1<const R: usize>(
+    nb: usize,
+    rows: [*const u8; R],
+    cols: [&[Q2LaneColumnBlock]; 1],
+) -> [[[f32; 8]; R]; 1] {
+    // SAFETY: the caller's contract, with the column twice.
+    let [first, _] = unsafe { q2_lane_tile_rows_vnni::<R, 2>(nb, rows, [cols[0], cols[0]]) };
+    [first]
+}
+
+/// `W · Y` in ggml ≥ 0.27.0's own AVX2 order with AVX-512 VNNI, through the lane-tile driver; every element with
+/// the bits of that `ggml_vec_dot_q2_0_q8_0`.
+///
+/// # Safety
+/// The CPU must have the AVX-512 set of `Isa::Avx512`; `y.nb() >= 2 * x.nb()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub unsafe fn mul_mat_q2_0_q8_0_avx2_order(
+    x: Rows<'_, BlockQ2_0>,
+    y: Rows<'_, BlockQ8_0>,
+    emit: Emit<'_>,
+) {
+    // SAFETY: the caller's contract covers the kernels' features.
+    unsafe {
+        crate::tiles::mul_mat_q2_0_avx2_order_tiles(
+            x,
+            y,
+            emit,
+            &LaneTileKernels {
+                prepare: crate::tiles::q2_lane_prepare_column,
+                rows4: q2_lane_tile_rows_vnni_1::<4>,
+                rows1: q2_lane_tile_rows_vnni_1::<1>,
+                rows4x2: q2_lane_tile_rows_vnni::<4, 2>,
+            },
+        )
+    }
+}
