@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
 # Fetch a prebuilt ggml from the package registries into the cache (no compiling):
 #
-#   scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|debian-libggml1-1.0.0|debian-llama.cpp-0.7.0|node-llama-cpp-3.22.1
+#   scripts/prebuilt-ggml.sh NAME
+#
+# NAME: node-llama-cpp-3.21.1, node-llama-cpp-3.22.1, node-llama-cpp-app-3.22.1, libggml-python-0.20.2, llama-cpp-py-sync-0.11739,
+# debian-libggml0-0.27.0, debian-libggml1-1.0.0 or debian-llama.cpp-0.7.0.
 #
 # node-llama-cpp-3.22.1 is the CPU package of node-llama-cpp 3.22.1 (`npm pack @node-llama-cpp/linux-x64@3.22.1`:
-# ggml 0.25.1, its CPU backend in 14 variants beside libggml-base.so in bins/linux-x64/; glibc 2.34 suffices).
+# ggml 0.25.1, its CPU backend in 14 variants beside libggml-base.so in bins/linux-x64/; glibc 2.34 suffices);
+# node-llama-cpp-3.21.1 the same for 3.21.1 (ggml 0.23.0). node-llama-cpp-app-3.22.1 is node-llama-cpp itself
+# (`npm install node-llama-cpp@3.22.1` with only its linux-x64 CPU binaries of the optional packages: no CUDA or
+# Vulkan), for programs that `import "node-llama-cpp"` from its node_modules/.
+# libggml-python-0.20.2 is the wheel of libggml-python 0.20.2.post1 (`pip download`: ggml 0.20.2 alone, its CPU
+# backend linked for AVX2 in libggml/lib64/libggml-cpu.so; glibc 2.27 suffices).
+# llama-cpp-py-sync-0.11739 is the wheel of llama-cpp-py-sync 0.11739 (upstream b11739: ggml 0.27.0 linked for
+# AVX2 + FMA in llama_cpp_py_sync/libggml-cpu.so.0, with libllama and libggml-rpc), with trixie's libc6,
+# libstdc++6, libgcc-s1 and libgomp1 unpacked beside it: it needs glibc 2.38, so its programs run through
+# trixie's loader as the Debian builds' do.
 # debian-libggml0-0.27.0 is Debian's libggml0 0.27.0-1~bpo13+1 (trixie-backports: ggml 0.27.0 with its CPU
 # backend in 14 variants, dlopened from ggml/backends0/), with trixie's libc6, libstdc++6, libgcc-s1 and libgomp1:
 # it needs glibc 2.38, newer than this machine's, so its programs run through trixie's loader,
@@ -36,9 +48,18 @@ case "$name" in
     suite=sid
     packages=(llama.cpp-tools=1:0.7.0+dfsg-2 llama.cpp-tools-extra=1:0.7.0+dfsg-2 libllama0=1:0.7.0+dfsg-2
       libggml0=0.27.0-1 libc6 libstdc++6 libgcc-s1 libgomp1 libssl3t64) ;;
-  node-llama-cpp-3.22.1)
-    npm_package=@node-llama-cpp/linux-x64@3.22.1 ;;
-  *) die "usage: scripts/prebuilt-ggml.sh debian-libggml0-0.27.0|debian-libggml1-1.0.0|debian-llama.cpp-0.7.0|node-llama-cpp-3.22.1" ;;
+  node-llama-cpp-3.21.1 | node-llama-cpp-3.22.1)
+    npm_package=@node-llama-cpp/linux-x64@${name#node-llama-cpp-} ;;
+  node-llama-cpp-app-3.22.1)
+    npm_install=(node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1) ;;
+  libggml-python-0.20.2)
+    wheel=libggml-python==0.20.2.post1
+    wheel_check=libggml/lib64/libggml-cpu.so ;;
+  llama-cpp-py-sync-0.11739)
+    wheel=llama-cpp-py-sync==0.11739
+    wheel_check=llama_cpp_py_sync/libggml-cpu.so.0
+    packages=(libc6 libstdc++6 libgcc-s1 libgomp1) ;;
+  *) die "usage: scripts/prebuilt-ggml.sh node-llama-cpp-3.21.1|node-llama-cpp-3.22.1|node-llama-cpp-app-3.22.1|libggml-python-0.20.2|llama-cpp-py-sync-0.11739|debian-libggml0-0.27.0|debian-libggml1-1.0.0|debian-llama.cpp-0.7.0" ;;
 esac
 
 root_dir=${GGML_LOWBIT_CACHE_DIR:-$HOME/.cache/ggml-lowbit}/prebuilt
@@ -69,6 +90,44 @@ if [ -n "${npm_package:-}" ]; then
   touch "$out/.complete"
   echo "$out"
   exit 0
+fi
+
+if [ -n "${npm_install:-}" ]; then
+  command -v npm >/dev/null || die "needs npm (Node.js)"
+  echo "prebuilt $name: installing ${npm_install[*]} (log: $log)" >&2
+  rm -rf "$out" "$out.tmp"
+  mkdir -p "$out.tmp"
+  if ! (cd "$out.tmp" && npm install --no-audit --no-fund --omit=optional "${npm_install[@]}") >"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    die "npm install ${npm_install[*]} failed (log: $log)"
+  fi
+  [ -f "$out.tmp/node_modules/node-llama-cpp/dist/index.js" ] || die "no node_modules/node-llama-cpp in $out.tmp"
+  mv "$out.tmp" "$out"
+  touch "$out/.complete"
+  echo "$out"
+  exit 0
+fi
+
+rm -rf "$out.tmp"
+mkdir -p "$out.tmp"
+if [ -n "${wheel:-}" ]; then
+  python=$(command -v python3 || true)
+  [ -n "$python" ] && "$python" -m pip --version >/dev/null 2>&1 || die "needs python3 with pip"
+  echo "prebuilt $name: downloading the wheel $wheel (log: $log)" >&2
+  if ! "$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 --platform \
+    manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$out.tmp/wheel" "$wheel" >"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    die "pip download $wheel failed (log: $log)"
+  fi
+  "$python" -m zipfile -e "$out.tmp"/wheel/*.whl "$out.tmp"
+  rm -rf "$out.tmp/wheel"
+  [ -f "$out.tmp/$wheel_check" ] || die "no $wheel_check in the wheel $wheel"
+  if [ -z "${packages:-}" ]; then
+    mv "$out.tmp" "$out"
+    touch "$out/.complete"
+    echo "$out"
+    exit 0
+  fi
 fi
 
 command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || die "needs apt-get and dpkg-deb (Debian)"
@@ -102,8 +161,8 @@ Acquire::Check-Valid-Until "false";
 CONF
 echo "prebuilt $name: downloading ${packages[*]} (log: $log)" >&2
 dl="$root_dir/$name.debs"
-rm -rf "$dl" "$out.tmp"
-mkdir -p "$dl" "$out.tmp"
+rm -rf "$dl"
+mkdir -p "$dl"
 if ! (export APT_CONFIG="$apt_root/apt.conf"; apt-get update -qq && cd "$dl" && apt-get download -qq "${packages[@]}") \
   >"$log" 2>&1; then
   tail -n 20 "$log" >&2

@@ -94,9 +94,6 @@ pub fn default_order() -> FloatOrder {
     FloatOrder::X64
 }
 
-/// The fewest columns for which the Q2_0 tiles in ggml ≥ 0.27.0's AVX2 order beat that kernel's own product.
-pub(crate) const Q2_0_AVX2_ORDER_MIN_COLUMNS: usize = 8;
-
 /// Which stock Q2_0 kernel a table's Q2_0 kernels reproduce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Q2Chain {
@@ -104,6 +101,10 @@ pub enum Q2Chain {
     GenericC,
     /// ggml ≥ 0.27.0's own AVX2 kernel (`q2_0::vec_dot_q2_0_q8_0_avx2_model`).
     GgmlAvx2,
+    /// The generic C compiled without contraction (the x64 order's Q2_0) in a table of the haswell order: a
+    /// ggml whose CPU backend was built for AVX2 while its Q2_0 loop was not contracted into FMAs
+    /// (libggml-python 0.20.2, llama-cpp-py-sync up to b11548).
+    GenericCUnfused,
 }
 
 /// The kernels for one (instruction set, float order) pair. The function pointers are safe to call: a table is
@@ -975,23 +976,31 @@ impl Kernels {
         self
     }
 
+    /// This table with its Q2_0 kernels (the vec_dot and the tiles) from the x64 order's table at the same
+    /// instruction set, for a stock library whose Q2_0 is the generic C without contraction while its quantizer
+    /// and other kernels follow the haswell order.
+    pub fn with_q2_0_unfused(mut self) -> Kernels {
+        let x64 = Kernels::with_choices(self.isa, FloatOrder::X64, self.choices);
+        self.vec_dot_q2_0_q8_0 = x64.vec_dot_q2_0_q8_0;
+        self.mul_mat_q2_0_q8_0 = x64.mul_mat_q2_0_q8_0;
+        self.q2_0_chain = Q2Chain::GenericCUnfused;
+        self
+    }
+
     /// Whether this table's Q2_0 vec_dot beats the stock one it would replace: the generic C always; ggml
     /// ≥ 0.27.0's own AVX2 kernel is SIMD already, and ours in its order does the same work per row, so those
     /// rows stay with stock (`docs/q2_0.md`).
     pub fn serves_q2_0_rows_over_stock(&self) -> bool {
-        self.q2_0_chain == Q2Chain::GenericC
+        self.q2_0_chain != Q2Chain::GgmlAvx2
     }
 
-    /// Whether this table's Q2_0 tiles beat the stock kernel's product (one vec_dot per pair) on `columns`
-    /// columns: always against the generic C. Against ggml ≥ 0.27.0's own AVX2 kernel the AVX2 tiles share each
-    /// row's code expansion between columns and measured 1.05–1.06× its product from 8 to 64 columns and
-    /// 0.74–0.87× on one (Zen 3, one and two threads: `docs/q2_0.md`), so they take products of at least
-    /// `Q2_0_AVX2_ORDER_MIN_COLUMNS` columns.
-    pub fn serves_q2_0_tiles_over_stock(&self, columns: usize) -> bool {
-        match self.q2_0_chain {
-            Q2Chain::GenericC => true,
-            Q2Chain::GgmlAvx2 => columns >= Q2_0_AVX2_ORDER_MIN_COLUMNS,
-        }
+    /// Whether this table's Q2_0 tiles beat the stock kernel's product (one vec_dot per pair): always against
+    /// the generic C. Against ggml ≥ 0.27.0's own AVX2 kernel the AVX2 tiles in its order (which share each
+    /// row's code expansion between columns) measured 0.91–1.03× its product in medians over 8 to 128 columns,
+    /// one and two threads (Zen 3: `docs/q2_0.md`), so those products stay with stock; `GGML_LOWBIT_SERVE_ALL=1`
+    /// still runs the tiles (measurement and the end-to-end bit checks).
+    pub fn serves_q2_0_tiles_over_stock(&self) -> bool {
+        self.q2_0_chain != Q2Chain::GgmlAvx2
     }
 
     /// Quantizes `x.len() / 32` whole blocks (a tail shorter than a block is ignored, as in stock).

@@ -18,7 +18,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
-use crate::dispatch::{env_flag, FormOverrides, Kernels, Q2Chain, Q2_0_AVX2_ORDER_MIN_COLUMNS};
+use crate::dispatch::{env_flag, FormOverrides, Kernels};
 use crate::formats::pq2_0::BlockPQ2_0;
 use crate::formats::ptq1_0::BlockPTQ1_0;
 use crate::formats::q1_0::BlockQ1_0;
@@ -299,14 +299,11 @@ fn served_types(c: &Config) -> String {
     let names: Vec<String> = TYPE_NAMES
         .iter()
         .filter(|&&(t, _, vec_dot)| {
-            Weights::of(t as c_int, c).is_some() && next_symbol::<*mut c_void>(vec_dot).is_some()
+            Weights::of(t as c_int, c).is_some()
+                && next_symbol::<*mut c_void>(vec_dot).is_some()
+                && (t != GGML_TYPE_Q2_0 || c.kernels.serves_q2_0_tiles_over_stock() || c.serve_all)
         })
-        .map(|&(t, name, _)| match (t, c.kernels.q2_0_chain) {
-            (GGML_TYPE_Q2_0, Q2Chain::GgmlAvx2) if !c.serve_all => {
-                format!("Q2_0 (from {Q2_0_AVX2_ORDER_MIN_COLUMNS} columns: ggml's own AVX2 order)")
-            }
-            _ => name.to_uppercase(),
-        })
+        .map(|&(_, name, _)| name.to_uppercase())
         .collect();
     if names.is_empty() {
         "no".to_string()
@@ -466,9 +463,7 @@ unsafe fn product(p: &ComputeParams, dst: &GgmlTensor) -> Option<Product> {
     let (src0, src1) = unsafe { (dst.src[0].as_ref()?, dst.src[1].as_ref()?) };
     let weights = weight_operands(src0, src1, dst)?;
     let c = config();
-    let columns = src1.ne[1] as usize;
-    if weights == Weights::Q2_0 && !(c.kernels.serves_q2_0_tiles_over_stock(columns) || c.serve_all)
-    {
+    if weights == Weights::Q2_0 && !(c.kernels.serves_q2_0_tiles_over_stock() || c.serve_all) {
         return None;
     }
     let ok = plain_host_weights(src0)

@@ -296,6 +296,7 @@ pub fn config() -> &'static Config {
         let kernels = match q2_0_chain {
             Q2Chain::GenericC => Kernels::new(isa, order),
             Q2Chain::GgmlAvx2 => Kernels::new(isa, order).with_q2_0_in_ggml_avx2_order(),
+            Q2Chain::GenericCUnfused => Kernels::new(isa, order).with_q2_0_unfused(),
         };
         if log || matches!(mode, Mode::Verify { .. }) {
             // SAFETY: registering a plain extern "C" function with no arguments.
@@ -308,6 +309,7 @@ pub fn config() -> &'static Config {
                 match q2_0_chain {
                     Q2Chain::GenericC => "",
                     Q2Chain::GgmlAvx2 => ", Q2_0 in ggml ≥ 0.27.0's own AVX2 order",
+                    Q2Chain::GenericCUnfused => ", Q2_0 in the generic C without contraction",
                 },
                 kernels.isa.name(),
                 kernels.forms_note(),
@@ -490,6 +492,11 @@ fn probe_order(next: &Next) -> Probe {
                 // ggml ≥ 0.27.0's own AVX2 Q2_0 kernel (only Q2_0 has one; the fork's probe never gets here).
                 Ok(Chain::Avx2) if avx && p.name == VEC_DOT_Q2_0.name => {
                     q2_0_chain = Q2Chain::GgmlAvx2
+                }
+                // An AVX2 build whose Q2_0 loop was not contracted (libggml-python 0.20.2, llama-cpp-py-sync
+                // up to b11548): the x64 order's Q2_0 kernels give its bits.
+                Ok(Chain::Unfused) if avx && p.name == VEC_DOT_Q2_0.name => {
+                    q2_0_chain = Q2Chain::GenericCUnfused
                 }
                 Ok(chain) => unmatched.push((
                     p.name,

@@ -146,3 +146,13 @@ impl StockLib {
         self.symbol(name)
     }
 }
+
+/// The cache the build scripts share: `$GGML_LOWBIT_CACHE_DIR`, else `~/.cache/ggml-lowbit`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("GGML_LOWBIT_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into()))
+                .join(".cache/ggml-lowbit")
+        })
+}

@@ -1,37 +1,47 @@
 //! The library preloaded over prebuilt ggml builds from the package registries, as their users get them
-//! (`scripts/prebuilt-ggml.sh`): Debian's libggml0 0.27.0 and libggml1 1.0.0, whose Q2_0 has a kernel of its own
-//! in another order and whose programs need glibc 2.38 (so the host runs through trixie's loader from the same
-//! fetch), and node-llama-cpp 3.22.1's CPU binaries (ggml 0.25.1). `tests/c/vec_dot_host.c` loads one CPU
-//! variant as a release llama.cpp does and compares every low-bit vec_dot, as ggml's own relocations reach it
-//! (the preload) against the module's own definition, bit for bit.
+//! (`scripts/prebuilt-ggml.sh`): Debian's libggml0 0.27.0 and libggml1 1.0.0 and llama-cpp-py-sync 0.11739
+//! (ggml 0.27.0), whose Q2_0 has a kernel of its own in another order and whose programs need glibc 2.38 (so the
+//! host runs through trixie's loader from the same fetch), node-llama-cpp 3.21.1's and 3.22.1's CPU binaries
+//! (ggml 0.23.0 and 0.25.1, 14 variants each) and libggml-python 0.20.2 (one CPU backend linked for AVX2, its
+//! Q2_0 loop not contracted). `tests/c/vec_dot_host.c` loads one CPU module as a release llama.cpp does and
+//! compares every low-bit vec_dot, as ggml's own relocations reach it (the preload) against the module's own
+//! definition, bit for bit.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use ggml_lowbit::ab::prebuilt::PrebuiltGgml;
 
 const CASES: &str = "20000";
 const SYMBOLS: usize = 9;
 const Q2_0: &str = "ggml_vec_dot_q2_0_q8_0";
 const Q1_0: &str = "ggml_vec_dot_q1_0_q8_0";
 
-/// A prebuilt build: its name for `scripts/prebuilt-ggml.sh`, where its CPU modules and libraries lie in the
-/// fetched tree, and whether it needs the fetched loader.
+/// What the library must find over one prebuilt build (`ggml_lowbit::ab::prebuilt::PREBUILT_GGML`, which says
+/// where its files lie): the variants checked here.
 struct Prebuilt {
     name: &'static str,
-    /// `ggml_version()` of the build.
-    ggml: &'static str,
-    lib_dir: &'static str,
-    /// libggml-base's file name in `lib_dir`.
-    base: &'static str,
-    module_dir: &'static str,
-    own_loader: bool,
     variants: &'static [Variant],
 }
 
-/// One CPU variant and what the library must find in it: the probed order, the vec_dot symbols whose kernels
-/// follow neither modelled order (passed alone), and how many of the nine it serves when it may serve all.
+impl Prebuilt {
+    /// Where the build's files lie and how its programs start.
+    fn files(&self) -> &'static PrebuiltGgml {
+        PrebuiltGgml::named(self.name).unwrap()
+    }
+}
+
+/// What the library's first log line says of a build's Q2_0 kernel, besides the float order.
+const Q2_0_GGML_AVX2: &str = "Q2_0 in ggml ≥ 0.27.0's own AVX2 order";
+const Q2_0_UNFUSED: &str = "Q2_0 in the generic C without contraction";
+
+/// One CPU variant and what the library must find in it: the probed order, Q2_0's kernel where it is not the
+/// order's own (`Q2_0_GGML_AVX2`, `Q2_0_UNFUSED`, or ""), the vec_dot symbols whose kernels follow neither
+/// modelled order (passed alone), and how many of the nine it serves when it may serve all.
 struct Variant {
     name: &'static str,
     order: &'static str,
+    q2_0: &'static str,
     unmatched: &'static [&'static str],
     served: usize,
 }
@@ -43,12 +53,14 @@ const DEBIAN_VARIANTS: &[Variant] = &[
     Variant {
         name: "haswell",
         order: "haswell",
+        q2_0: Q2_0_GGML_AVX2,
         unmatched: &[],
         served: 9,
     },
     Variant {
         name: "x64",
         order: "x64",
+        q2_0: "",
         unmatched: &[],
         served: 9,
     },
@@ -56,71 +68,90 @@ const DEBIAN_VARIANTS: &[Variant] = &[
     Variant {
         name: "sse42",
         order: "x64",
+        q2_0: "",
         unmatched: &[Q1_0],
         served: 8,
     },
-    // AVX without FMA: the AVX quantizer with unfused chains, a build neither model describes; every
-    // symbol is named and keeps stock's kernel.
+    // AVX without FMA: the AVX quantizer with unfused chains. Q2_0 is the generic C without contraction, which
+    // the x64 order's kernels give; Q1_0 is named, and the q8_K formats' kernels give other bits than the
+    // haswell ones, so they keep stock's.
     Variant {
         name: "sandybridge",
         order: "haswell",
-        unmatched: &[Q2_0, Q1_0],
-        served: 0,
+        q2_0: Q2_0_UNFUSED,
+        unmatched: &[Q1_0],
+        served: 1,
     },
 ];
 
-const PREBUILT: [Prebuilt; 3] = [
+/// node-llama-cpp's 14 variants (both releases agree): ggml's generic C Q2_0 in each order.
+const NODE_LLAMA_CPP_VARIANTS: &[Variant] = &[
+    Variant {
+        name: "haswell",
+        order: "haswell",
+        q2_0: "",
+        unmatched: &[],
+        served: 9,
+    },
+    Variant {
+        name: "x64",
+        order: "x64",
+        q2_0: "",
+        unmatched: &[],
+        served: 9,
+    },
+    Variant {
+        name: "sse42",
+        order: "x64",
+        q2_0: "",
+        unmatched: &[Q1_0],
+        served: 8,
+    },
+    Variant {
+        name: "sandybridge",
+        order: "haswell",
+        q2_0: Q2_0_UNFUSED,
+        unmatched: &[Q1_0],
+        served: 1,
+    },
+];
+
+const PREBUILT: [Prebuilt; 6] = [
     Prebuilt {
         name: "debian-libggml0-0.27.0",
-        ggml: "0.27.0",
-        lib_dir: "usr/lib/x86_64-linux-gnu",
-        base: "libggml-base.so.0",
-        module_dir: "usr/lib/x86_64-linux-gnu/ggml/backends0",
-        own_loader: true,
         variants: DEBIAN_VARIANTS,
     },
     Prebuilt {
         name: "debian-libggml1-1.0.0",
-        ggml: "1.0.0",
-        lib_dir: "usr/lib/x86_64-linux-gnu",
-        base: "libggml-base.so.1",
-        module_dir: "usr/lib/x86_64-linux-gnu/ggml/backends1",
-        own_loader: true,
         variants: DEBIAN_VARIANTS,
     },
     Prebuilt {
+        name: "llama-cpp-py-sync-0.11739",
+        variants: &[Variant {
+            name: "haswell",
+            order: "haswell",
+            q2_0: Q2_0_GGML_AVX2,
+            unmatched: &[],
+            served: 9,
+        }],
+    },
+    Prebuilt {
         name: "node-llama-cpp-3.22.1",
-        ggml: "0.25.1",
-        lib_dir: "package/bins/linux-x64",
-        base: "libggml-base.so",
-        module_dir: "package/bins/linux-x64",
-        own_loader: false,
-        variants: &[
-            Variant {
-                name: "haswell",
-                order: "haswell",
-                unmatched: &[],
-                served: 9,
-            },
-            Variant {
-                name: "x64",
-                order: "x64",
-                unmatched: &[],
-                served: 9,
-            },
-            Variant {
-                name: "sse42",
-                order: "x64",
-                unmatched: &[Q1_0],
-                served: 8,
-            },
-            Variant {
-                name: "sandybridge",
-                order: "haswell",
-                unmatched: &[Q2_0, Q1_0],
-                served: 0,
-            },
-        ],
+        variants: NODE_LLAMA_CPP_VARIANTS,
+    },
+    Prebuilt {
+        name: "node-llama-cpp-3.21.1",
+        variants: NODE_LLAMA_CPP_VARIANTS,
+    },
+    Prebuilt {
+        name: "libggml-python-0.20.2",
+        variants: &[Variant {
+            name: "haswell",
+            order: "haswell",
+            q2_0: Q2_0_UNFUSED,
+            unmatched: &[],
+            served: 9,
+        }],
     },
 ];
 
@@ -132,12 +163,10 @@ fn library() -> PathBuf {
 }
 
 fn fetch(build: &Prebuilt) -> PathBuf {
-    ggml_lowbit::stock::run_build_script(
-        "prebuilt-ggml.sh",
-        build.name,
-        &format!("{}/libggml-cpu-x64.so", build.module_dir),
-    )
-    .unwrap_or_else(|e| panic!("{} (scripts/prebuilt-ggml.sh): {e}", build.name))
+    build
+        .files()
+        .fetch()
+        .unwrap_or_else(|e| panic!("{} (scripts/prebuilt-ggml.sh): {e}", build.name))
 }
 
 /// `tests/c/{name}.c` built into `dir`.
@@ -170,23 +199,10 @@ fn run_program(
     preload: bool,
     env: &[(&str, &str)],
 ) -> (Output, String) {
-    let lib = root.join(build.lib_dir);
-    let mut cmd = if build.own_loader {
-        let mut cmd = Command::new(lib.join("ld-linux-x86-64.so.2"));
-        cmd.arg("--library-path")
-            .arg(format!("{}:/usr/lib/x86_64-linux-gnu", lib.display()));
-        if preload {
-            cmd.arg("--preload").arg(library());
-        }
-        cmd.arg(program);
-        cmd
-    } else {
-        Command::new(program)
-    };
-    cmd.env_remove("LD_PRELOAD");
-    if preload && !build.own_loader {
-        cmd.env("LD_PRELOAD", library());
-    }
+    let lib = library();
+    let mut cmd = build
+        .files()
+        .command(root, program, preload.then_some(lib.as_path()));
     cmd.args(args.iter().map(|a| a.as_ref()));
     for var in [
         "GGML_LOWBIT_MATCH",
@@ -209,8 +225,7 @@ fn run_program(
 
 /// `variant`'s CPU module of `build`.
 fn module(build: &Prebuilt, root: &Path, variant: &str) -> PathBuf {
-    root.join(build.module_dir)
-        .join(format!("libggml-cpu-{variant}.so"))
+    build.files().module_path(root, variant)
 }
 
 /// The vec_dot host over `variant`'s module of `build`, with the library preloaded and `env` set.
@@ -309,10 +324,11 @@ fn over_prebuilt_builds_every_vec_dot_keeps_its_bits_and_unmodelled_kernels_go_t
                 if !env.is_empty() {
                     let cases: u64 = CASES.parse().unwrap();
                     assert_eq!(served(&text), v.served as u64 * cases, "{what}: {text}");
-                    // The newest ggml's own Q2_0 kernel is recognised, and served in its own order.
-                    let recognised = "Q2_0 in ggml ≥ 0.27.0's own AVX2 order";
-                    let want = build.name.starts_with("debian-") && v.name == "haswell";
-                    assert_eq!(text.contains(recognised), want, "{what}: {text}");
+                    // The newest ggml's own Q2_0 kernel, or a Q2_0 loop without contraction in an AVX2 build,
+                    // is recognised and served in its own order.
+                    for note in [Q2_0_GGML_AVX2, Q2_0_UNFUSED] {
+                        assert_eq!(text.contains(note), v.q2_0 == note, "{what}: {text}");
+                    }
                 }
             }
         }
@@ -343,7 +359,7 @@ fn over_prebuilt_builds_whole_products_go_through_the_hook_with_the_builds_bits(
     let host = c_program(&dir, "graph_host");
     for build in &PREBUILT {
         let root = fetch(build);
-        let base = root.join(build.lib_dir).join(build.base);
+        let base = root.join(build.files().base);
         for v in build
             .variants
             .iter()
@@ -377,11 +393,12 @@ fn over_prebuilt_builds_whole_products_go_through_the_hook_with_the_builds_bits(
                         .collect()
                 };
                 assert_eq!(hashes(&text), hashes(&alone), "{what}: {text}");
-                let on = format!("mul_mat hook on (ggml {})", build.ggml);
+                let on = format!("mul_mat hook on (ggml {})", build.files().ggml);
                 assert!(text.contains(&on), "{what}: {text}");
                 let products = whole_products(&text);
                 if env.is_empty() {
-                    let q2_0_served = !v.unmatched.contains(&Q2_0);
+                    // ggml ≥ 0.27.0's own AVX2 Q2_0 kernel keeps its products unless serving all.
+                    let q2_0_served = !v.unmatched.contains(&Q2_0) && v.q2_0 != Q2_0_GGML_AVX2;
                     assert_eq!(products > 0, q2_0_served, "{what}: {text}");
                 } else {
                     assert!(products > 0, "{what}: {text}");
@@ -437,13 +454,14 @@ fn q2_0_avx2_model_gives_the_bits_of_the_newest_ggml_kernels() {
             println!("SKIPPED {variant}: this CPU lacks its instruction sets");
             continue;
         }
-        for build in PREBUILT.iter().filter(|b| b.own_loader) {
+        for build in PREBUILT
+            .iter()
+            .filter(|b| b.files().own_loader && b.files().has(variant))
+        {
             let root = fetch(build);
-            let lib = root.join(build.lib_dir);
-            let out = Command::new(lib.join("ld-linux-x86-64.so.2"))
-                .arg("--library-path")
-                .arg(format!("{}:/usr/lib/x86_64-linux-gnu", lib.display()))
-                .arg(std::env::current_exe().unwrap())
+            let out = build
+                .files()
+                .command(&root, &std::env::current_exe().unwrap(), None)
                 .args([
                     "--exact",
                     "q2_0_avx2_model_child",
@@ -451,7 +469,6 @@ fn q2_0_avx2_model_gives_the_bits_of_the_newest_ggml_kernels() {
                     "--nocapture",
                 ])
                 .env(CHILD_MODULE, module(build, &root, variant))
-                .env_remove("LD_PRELOAD")
                 .output()
                 .expect("run the child through trixie's loader");
             let text = format!(
@@ -541,8 +558,9 @@ fn q2_0_avx2_model_child() {
 /// Debian's llama.cpp 0.7.0 (upstream b11669 over ggml 0.27.0, whose Q2_0 has its own AVX2 kernel): its own
 /// `llama-completion` and `llama-perplexity` (`e2e::tools_dir`: through unstable's loader, with the CPU variant
 /// a release picks here), on tiny Q2_0 and Q1_0 models, give the same greedy text and the same perplexity in
-/// every chunk (micro-batches of 128 tokens: prefill) with the library preloaded as without it; the library
-/// serves Q2_0 in that kernel's order, the hook is on and, for Q2_0, takes whole products.
+/// every chunk (micro-batches of 128 tokens: prefill) with the library preloaded as without it, as dispatched
+/// (the library recognises that kernel's order and leaves Q2_0 to it: no whole Q2_0 products) and serving all
+/// (the hook takes whole Q2_0 products in that order).
 #[test]
 fn debian_llama_cpp_tools_keep_their_text_and_perplexity_with_the_library() {
     use ggml_lowbit::ab::e2e::{self, Preload};
@@ -557,11 +575,15 @@ fn debian_llama_cpp_tools_keep_their_text_and_perplexity_with_the_library() {
     let text = dir.join("text.txt");
     std::fs::write(&text, e2e::perplexity_text()).unwrap();
     let lib = library();
-    let preload = Some(Preload {
-        lib: Some(&lib),
-        env: e2e::WITH_HOOK,
-    });
-    for wtype in ["q2_0", "q1_0"] {
+    for (wtype, serve_all) in [("q2_0", false), ("q2_0", true), ("q1_0", false)] {
+        let preload = Some(Preload {
+            lib: Some(&lib),
+            env: if serve_all {
+                &[("GGML_LOWBIT_SERVE_ALL", "1")]
+            } else {
+                e2e::WITH_HOOK
+            },
+        });
         let model = dir.join(format!("tiny-{wtype}.gguf"));
         let made = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
             .args(["model", "--preset", "tiny", "--type", wtype, "--out"])
@@ -602,7 +624,90 @@ fn debian_llama_cpp_tools_keep_their_text_and_perplexity_with_the_library() {
                 "{}",
                 ours.stderr
             );
-            assert!(e2e::whole_products(&ours) > 0, "{}", ours.stderr);
+            assert_eq!(e2e::whole_products(&ours) > 0, serve_all, "{}", ours.stderr);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// node-llama-cpp 3.22.1 itself, as its users run it (`tests/js/node_llama_cpp_check.mjs`: `getLlama` with its
+/// shipped CPU build, which picks the variant for this CPU), on tiny Q2_0, Q1_0, TQ2_0 and IQ2_XXS models: the
+/// next-token probabilities of every token of a 30-odd-token prompt (one evaluation: prefill), hashed as bit
+/// patterns, and the greedy text are the same with the library preloaded as without it; the hook is on and takes
+/// whole Q2_0 products. The check can fail: Q2_0 forced into the other float order changes the hash.
+#[test]
+fn node_llama_cpp_itself_keeps_its_probabilities_and_text_with_the_library() {
+    if !runs_here("haswell") {
+        println!(
+            "SKIPPED: this CPU cannot run node-llama-cpp's haswell variant (AVX2, FMA, F16C, BMI2)"
+        );
+        return;
+    }
+    let app = ggml_lowbit::stock::run_build_script(
+        "prebuilt-ggml.sh",
+        "node-llama-cpp-app-3.22.1",
+        "node_modules/node-llama-cpp/dist/index.js",
+    )
+    .unwrap_or_else(|e| panic!("node-llama-cpp-app-3.22.1 (scripts/prebuilt-ggml.sh): {e}"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/js/node_llama_cpp_check.mjs");
+    let dir = std::env::temp_dir().join(format!("ggml-lowbit-node-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let node = |model: &Path, env: &[(&str, &str)], preload: bool| -> (String, String) {
+        let mut cmd = Command::new("node");
+        cmd.arg(&script)
+            .arg(&app)
+            .arg(model)
+            .args(["2", "24"])
+            .env_remove("LD_PRELOAD")
+            .env("GGML_LOWBIT_LOG", "1")
+            .envs(env.iter().copied());
+        if preload {
+            cmd.env("LD_PRELOAD", library());
+        }
+        let out = cmd
+            .output()
+            .expect("run node (Node.js is needed for node-llama-cpp)");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "{}: {stdout}{stderr}",
+            model.display()
+        );
+        (stdout, stderr)
+    };
+    for wtype in ["q2_0", "q1_0", "tq2_0", "iq2_xxs"] {
+        let model = dir.join(format!("tiny-{wtype}.gguf"));
+        let made = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
+            .args(["model", "--preset", "tiny", "--type", wtype, "--out"])
+            .arg(&model)
+            .output()
+            .expect("run the harness");
+        assert!(made.status.success());
+        let (stock, _) = node(&model, &[], false);
+        let (ours, log) = node(&model, &[], true);
+        println!("{wtype}: {stock}{log}");
+        assert!(stock.contains(" values, sha256 "), "{stock}");
+        assert!(!stock.contains(" 0 values"), "{stock}");
+        assert_eq!(ours, stock, "{wtype}: {log}");
+        assert!(
+            log.contains("mul_mat hook on (ggml 0.25.1)"),
+            "{wtype}: {log}"
+        );
+        assert!(served(&log) > 0, "{wtype}: {log}");
+        if wtype == "q2_0" {
+            assert!(whole_products(&log) > 0, "{log}");
+            let (wrong, log) = node(
+                &model,
+                &[("GGML_LOWBIT_MATCH", "x64"), ("GGML_LOWBIT_SERVE_ALL", "1")],
+                true,
+            );
+            let hash = |s: &str| s.lines().next().unwrap_or_default().to_string();
+            assert_ne!(
+                hash(&wrong),
+                hash(&stock),
+                "the other order went unnoticed: {log}"
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -235,9 +235,13 @@ pub fn perplexity_text() -> String {
 
 /// Whole MUL_MAT products the hook took in a preloaded run (its `GGML_LOWBIT_LOG` exit line), 0 if none.
 pub fn whole_products(run: &ToolRun) -> u64 {
+    whole_products_in(&run.stderr)
+}
+
+/// The whole products a log of the library counts ("N of them whole MUL_MAT products …" per process).
+pub fn whole_products_in(log: &str) -> u64 {
     const TAG: &str = "ggml-lowbit: ";
-    run.stderr
-        .lines()
+    log.lines()
         .filter_map(|l| l.find(TAG).map(|i| &l[i + TAG.len()..]))
         .filter(|rest| rest.contains(" whole MUL_MAT products"))
         .filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())

@@ -34,7 +34,7 @@ pub fn default_compiler() -> PathBuf {
 
 /// Compiles `args` with `compiler` into `out`: to a file of its own first, renamed into place, so concurrent
 /// builds (parallel tests) never load a half-written library.
-fn compile(compiler: &Path, args: &[String], out: &Path) -> Result<(), String> {
+pub(crate) fn compile(compiler: &Path, args: &[String], out: &Path) -> Result<(), String> {
     let tmp = out.with_extension(format!(
         "{}.{:?}.tmp",
         std::process::id(),

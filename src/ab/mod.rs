@@ -5,5 +5,6 @@ pub mod cases;
 pub mod e2e;
 pub mod fork;
 pub mod guard;
+pub mod prebuilt;
 pub mod results;
 pub mod speed;

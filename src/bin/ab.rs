@@ -195,6 +195,27 @@ enum Command {
         #[arg(long)]
         lib: Option<PathBuf>,
     },
+    /// The graph-level check over prebuilt ggml builds from the registries (no libllama needed): MUL_MAT
+    /// products of every low-bit type through ggml's public API with and without the library, compared bit for
+    /// bit, then a Bonsai-1.7B-shaped Q2_0 product timed both ways, interleaved (`tests/c/graph_host.c`). Each
+    /// build runs the CPU variant its users get here. Exits 1 on any differing product.
+    Graph {
+        /// A build of `scripts/prebuilt-ggml.sh` (debian-libggml1-1.0.0, debian-libggml0-0.27.0,
+        /// llama-cpp-py-sync-0.11739, node-llama-cpp-3.22.1, node-llama-cpp-3.21.1, libggml-python-0.20.2),
+        /// or "all".
+        #[arg(long, default_value = "all")]
+        build: String,
+        #[arg(long, default_value_t = 2, value_parser = at_least_one())]
+        threads: usize,
+        /// Column counts of the timed product (comma-separated; 1 is decode, more a prompt's micro-batch).
+        #[arg(long, value_delimiter = ',', default_value = "1,16,64", value_parser = at_least_one())]
+        columns: Vec<usize>,
+        /// Processes each way per column count, alternating (5 timed repetitions each).
+        #[arg(long, default_value_t = 3, value_parser = at_least_one())]
+        rounds: usize,
+        #[arg(long)]
+        lib: Option<PathBuf>,
+    },
     /// The Metal kernels (src/metal/) on the SIMT emulator: counted operations per weight in each kernel's hot
     /// loop, ours against the pinned tree's (docs/METAL.md). Needs g++ (`$CXX`, default `c++`).
     Metal,
@@ -243,6 +264,13 @@ fn main() -> ExitCode {
         Command::Config { lib } => cmd_config(lib),
         Command::Tables { write, files } => cmd_tables(write, &files),
         Command::Metal => cmd_metal(),
+        Command::Graph {
+            build,
+            threads,
+            columns,
+            rounds,
+            lib,
+        } => cmd_graph(&build, threads, &columns, rounds, lib),
         Command::E2e {
             model,
             build,
@@ -619,6 +647,89 @@ fn cmd_e2e(
             "identical outputs with and without ggml-lowbit"
         } else {
             "OUTPUTS DIFFER"
+        }
+    );
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+#[derive(Tabled)]
+struct GraphLine {
+    build: String,
+    #[tabled(rename = "ggml, variant")]
+    variant: String,
+    #[tabled(rename = "products (bits)")]
+    products: String,
+    #[tabled(rename = "whole products")]
+    whole: u64,
+    #[tabled(rename = "Q2_0 2048×6144: stock µs / with library µs (stock ÷ ours)")]
+    speed: String,
+    #[tabled(rename = "the library's choice")]
+    order: String,
+}
+
+fn cmd_graph(
+    build: &str,
+    threads: usize,
+    columns: &[usize],
+    rounds: usize,
+    lib: Option<PathBuf>,
+) -> Result<ExitCode> {
+    use ggml_lowbit::ab::prebuilt::{graph_check, PrebuiltGgml, PREBUILT_GGML};
+    let lib = default_lib(lib)?;
+    let builds: Vec<&PrebuiltGgml> = if build == "all" {
+        PREBUILT_GGML.iter().collect()
+    } else {
+        vec![PrebuiltGgml::named(build)?]
+    };
+    let mut rows = Vec::new();
+    let mut lines = Vec::new();
+    for b in builds {
+        eprintln!("graph: {} ...", b.name);
+        let row = graph_check(b, &lib, threads, columns, rounds)?;
+        lines.push(GraphLine {
+            build: row.build.clone(),
+            variant: format!("{}, {}", row.ggml, row.variant),
+            products: if row.mismatches == 0 {
+                format!("{} identical", row.products)
+            } else {
+                format!("{} of {} DIFFER", row.mismatches, row.products)
+            },
+            whole: row.whole_products,
+            speed: row
+                .timings
+                .iter()
+                .map(|&(cols, stock, ours)| {
+                    format!("{cols} col: {stock:.0} / {ours:.0} ({:.2}×)", stock / ours)
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+            order: row.order.clone(),
+        });
+        rows.push(row);
+    }
+    println!(
+        "{threads} thread(s), medians of {rounds} alternating processes each way × 5 repetitions; {}",
+        speed::cpu_model_name()
+    );
+    println!("{}", Table::new(&lines).with(Style::markdown()));
+    std::fs::create_dir_all("target/ab").map_err(|e| format!("cannot create target/ab: {e}"))?;
+    std::fs::write(
+        "target/ab/graph.json",
+        serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("cannot write target/ab/graph.json: {e}"))?;
+    println!("report: target/ab/graph.json");
+    let ok = rows.iter().all(|r| r.mismatches == 0);
+    println!(
+        "graph: {}",
+        if ok {
+            "every product identical with and without ggml-lowbit"
+        } else {
+            "PRODUCTS DIFFER"
         }
     );
     Ok(if ok {

@@ -1,5 +1,5 @@
 /* A graph-level check over one ggml build, through ggml's public API only: it loads the build's libggml-base and
- * one CPU backend module as a release llama.cpp does (dlopen, RTLD_LOCAL), builds a MUL_MAT of each low-bit
+ * one CPU backend module as a release llama.cpp does (dlopen, RTLD_LOCAL; a linked build's libggml-cpu the same way), builds a MUL_MAT of each low-bit
  * type against F32 columns (random weights quantized by ggml itself, random activations), computes it with the
  * backend's threads, and prints every result's bits as one hash per product, so that two runs (with and
  * without a preloaded library) can be compared line by line.
@@ -99,7 +99,10 @@ int main(int argc, char **argv) {
     reg_get_proc_address_fn proc = (reg_get_proc_address_fn) need(base, "ggml_backend_reg_get_proc_address");
     graph_compute_fn compute = (graph_compute_fn) need(base, "ggml_backend_graph_compute");
     backend_free_fn backend_free = (backend_free_fn) need(base, "ggml_backend_free");
-    backend_init_fn module_init = (backend_init_fn) need(module, "ggml_backend_init");
+    /* A DL build's module registers itself through ggml_backend_init; a linked one (libggml-cpu.so beside
+     * libggml-base) exports its registry as ggml_backend_cpu_reg. */
+    backend_init_fn module_init = (backend_init_fn) dlsym(module, "ggml_backend_init");
+    if (!module_init) module_init = (backend_init_fn) need(module, "ggml_backend_cpu_reg");
 
     void *reg = module_init();
     void *backend = reg ? dev_init(dev_get(reg, 0), NULL) : NULL;

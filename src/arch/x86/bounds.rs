@@ -48,7 +48,7 @@ fn same(a: f32, b: f32) -> bool {
 }
 
 /// Every table the library can run here: each instruction set up to the CPU's, each per-CPU form, both orders,
-/// and the haswell tables with Q2_0 in ggml ≥ 0.27.0's own AVX2 order (at AVX-512 with either tiles).
+/// and the haswell tables with Q2_0 in ggml ≥ 0.27.0's own AVX2 order (at AVX-512 with either tiles) or unfused.
 fn every_table() -> Vec<Kernels> {
     FloatOrder::ALL
         .into_iter()
@@ -63,6 +63,7 @@ fn every_table() -> Vec<Kernels> {
             [
                 Some(k),
                 ggml_order.then(|| k.with_q2_0_in_ggml_avx2_order_tiles(false)),
+                ggml_order.then(|| k.with_q2_0_unfused()),
                 (ggml_order && k.isa == Isa::Avx512)
                     .then(|| k.with_q2_0_in_ggml_avx2_order_tiles(true)),
             ]
@@ -77,6 +78,7 @@ fn scalar_model_of(k: &Kernels) -> Kernels {
     match k.q2_0_chain {
         Q2Chain::GenericC => model,
         Q2Chain::GgmlAvx2 => model.with_q2_0_in_ggml_avx2_order_tiles(false),
+        Q2Chain::GenericCUnfused => model.with_q2_0_unfused(),
     }
 }
 
@@ -84,6 +86,7 @@ fn table_name(k: &Kernels) -> String {
     let chain = match k.q2_0_chain {
         Q2Chain::GenericC => "",
         Q2Chain::GgmlAvx2 => ", Q2_0 in ggml's AVX2 order",
+        Q2Chain::GenericCUnfused => ", Q2_0 unfused",
     };
     format!("{:?} {}{}{chain}", k.isa, k.order.name(), k.forms_note())
 }
