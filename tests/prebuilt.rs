@@ -345,12 +345,13 @@ fn whole_products(text: &str) -> u64 {
 }
 
 /// Whole products over every prebuilt build, through the hook at `ggml_cpu_extra_compute_forward`:
-/// `tests/c/graph_host.c` computes MUL_MATs of Q2_0, Q1_0, TQ2_0 and TQ1_0 weights against 1, 7 and 33 F32
-/// columns with ggml's public API and the backend's two threads, and prints each product's bits as a hash. With
-/// the library preloaded (serving as the dispatcher chooses, and serving every format it can) the hashes are
-/// those of the build alone, the hook is on, passes its layout self-test, and takes whole products: the Q2_0
-/// ones wherever the build's Q2_0 kernel is in an order the library serves, and with every format served some
-/// in every build.
+/// `tests/c/graph_host.c` computes MUL_MATs of Q2_0, Q1_0, TQ2_0, TQ1_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and
+/// IQ3_S weights against 1, 7 and 33 F32 columns with ggml's public API and the backend's two threads, and prints
+/// each product's bits as a hash. With the library preloaded (serving as the dispatcher chooses, and serving
+/// every format it can) the hashes are those of the build alone, the hook is on, passes its layout self-test,
+/// and takes whole products: the Q2_0 ones wherever the build's Q2_0 kernel is in an order the library serves
+/// faster, and with every format served some in every build. `GGML_LOWBIT_VERIFY=1` compares every served call
+/// with stock: 0 mismatches.
 #[test]
 fn over_prebuilt_builds_whole_products_go_through_the_hook_with_the_builds_bits() {
     let dir =
@@ -378,8 +379,22 @@ fn over_prebuilt_builds_whole_products_go_through_the_hook_with_the_builds_bits(
             assert!(out.status.success(), "{} {}: {alone}", build.name, v.name);
             assert_eq!(
                 alone.lines().filter(|l| l.contains(": ")).count(),
-                12,
+                27,
                 "{alone}"
+            );
+            // Verify mode: every served call computed both ways, none differing.
+            let verify = [("GGML_LOWBIT_VERIFY", "1")];
+            let (out, text) = run_program(build, &root, &host, &args, true, &verify);
+            assert!(out.status.success(), "{} {}: {text}", build.name, v.name);
+            let compared = text
+                .lines()
+                .find(|l| l.starts_with("ggml-lowbit verify: "))
+                .unwrap_or_else(|| panic!("{} {}: {text}", build.name, v.name));
+            assert!(
+                compared.contains(", 0 mismatches, ") && !compared.contains(": 0 calls"),
+                "{} {}: {text}",
+                build.name,
+                v.name
             );
             for env in [&[][..], &[("GGML_LOWBIT_SERVE_ALL", "1")]] {
                 let what = format!("{} {} {env:?}", build.name, v.name);

@@ -23,6 +23,29 @@ pub struct PrebuiltGgml {
     pub own_loader: bool,
 }
 
+/// The pinned tree's two builds (`scripts/stock-llama.sh`, compiled once into the cache), described like the
+/// prebuilt ones so that `graph` runs them in the same table: ggml 0.25.3, its CPU backend linked.
+pub const PINNED_GGML: [PrebuiltGgml; 2] = [
+    PrebuiltGgml {
+        name: "pinned-haswell",
+        ggml: "0.25.3",
+        lib_dir: "",
+        base: "libggml-base.so",
+        module: "libggml-cpu.so",
+        linked: Some("haswell"),
+        own_loader: false,
+    },
+    PrebuiltGgml {
+        name: "pinned-x64",
+        ggml: "0.25.3",
+        lib_dir: "",
+        base: "libggml-base.so",
+        module: "libggml-cpu.so",
+        linked: Some("x64"),
+        own_loader: false,
+    },
+];
+
 /// Every prebuilt ggml the project checks, oldest ggml last.
 pub const PREBUILT_GGML: [PrebuiltGgml; 6] = [
     PrebuiltGgml {
@@ -85,19 +108,20 @@ pub const PREBUILT_GGML: [PrebuiltGgml; 6] = [
 ];
 
 impl PrebuiltGgml {
-    /// The build called `name`.
+    /// The build called `name` (a prebuilt one, or one of the pinned tree's).
     pub fn named(name: &str) -> Result<&'static PrebuiltGgml, String> {
-        PREBUILT_GGML
-            .iter()
-            .find(|b| b.name == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = PREBUILT_GGML.iter().map(|b| b.name).collect();
-                format!("no prebuilt ggml {name:?} (known: {})", names.join(", "))
-            })
+        let all = || PREBUILT_GGML.iter().chain(&PINNED_GGML);
+        all().find(|b| b.name == name).ok_or_else(|| {
+            let names: Vec<&str> = all().map(|b| b.name).collect();
+            format!("no ggml build {name:?} (known: {})", names.join(", "))
+        })
     }
 
-    /// Fetches the build into the cache (once) and returns its tree.
+    /// Fetches the build into the cache (once; the pinned ones are built) and returns its tree.
     pub fn fetch(&self) -> Result<PathBuf, String> {
+        if let Some(variant) = self.name.strip_prefix("pinned-") {
+            return crate::stock::ensure_built_variant(variant);
+        }
         let first = self.module.replace("{}", self.linked.unwrap_or("x64"));
         crate::stock::run_build_script("prebuilt-ggml.sh", self.name, &first)
     }

@@ -201,8 +201,8 @@ enum Command {
     /// build runs the CPU variant its users get here. Exits 1 on any differing product.
     Graph {
         /// A build of `scripts/prebuilt-ggml.sh` (debian-libggml1-1.0.0, debian-libggml0-0.27.0,
-        /// llama-cpp-py-sync-0.11739, node-llama-cpp-3.22.1, node-llama-cpp-3.21.1, libggml-python-0.20.2),
-        /// or "all".
+        /// llama-cpp-py-sync-0.11739, node-llama-cpp-3.22.1, node-llama-cpp-3.21.1, libggml-python-0.20.2), the
+        /// pinned tree's pinned-haswell or pinned-x64, or "all" (every one of them).
         #[arg(long, default_value = "all")]
         build: String,
         #[arg(long, default_value_t = 2, value_parser = at_least_one())]
@@ -678,10 +678,10 @@ fn cmd_graph(
     rounds: usize,
     lib: Option<PathBuf>,
 ) -> Result<ExitCode> {
-    use ggml_lowbit::ab::prebuilt::{graph_check, PrebuiltGgml, PREBUILT_GGML};
+    use ggml_lowbit::ab::prebuilt::{graph_check, PrebuiltGgml, PINNED_GGML, PREBUILT_GGML};
     let lib = default_lib(lib)?;
     let builds: Vec<&PrebuiltGgml> = if build == "all" {
-        PREBUILT_GGML.iter().collect()
+        PINNED_GGML.iter().chain(&PREBUILT_GGML).collect()
     } else {
         vec![PrebuiltGgml::named(build)?]
     };

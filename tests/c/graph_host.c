@@ -57,11 +57,15 @@ static float uniform(void) {
 }
 
 /* The types, by ggml's numbers (the same in every build this checks), and the columns of each product: one
- * (decode), a few (a small batch) and more than the tiles take at once. */
+ * (decode), a few (a small batch) and more than the tiles take at once. The IQ types are quantized with an
+ * importance matrix of ones (IQ2_XXS and IQ2_XS need one). */
 static const struct {
     int type;
     const char *name;
-} types[] = {{42, "q2_0"}, {41, "q1_0"}, {35, "tq2_0"}, {34, "tq1_0"}};
+    bool imatrix;
+} types[] = {{42, "q2_0", false},   {41, "q1_0", false},   {35, "tq2_0", false},
+             {34, "tq1_0", false},  {16, "iq2_xxs", true}, {17, "iq2_xs", true},
+             {22, "iq2_s", true},   {18, "iq3_xxs", true}, {21, "iq3_s", true}};
 static const int64_t cols[] = {1, 7, 33};
 enum { K = 1024, ROWS = 96 };
 
@@ -149,6 +153,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     float *w = malloc(sizeof(float) * K * ROWS);
+    float *ones = malloc(sizeof(float) * K);
+    for (int i = 0; i < K; i++) ones[i] = 1.0f;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
             struct init_params params = {64u << 20, NULL, false};
@@ -156,7 +162,7 @@ int main(int argc, char **argv) {
             void *a = new_tensor_2d(ctx, types[t].type, K, ROWS);
             void *b = new_tensor_2d(ctx, 0, K, cols[c]);
             for (int i = 0; i < K * ROWS; i++) w[i] = uniform();
-            quantize(types[t].type, w, get_data(a), 0, ROWS, K, NULL);
+            quantize(types[t].type, w, get_data(a), 0, ROWS, K, types[t].imatrix ? ones : NULL);
             float *x = get_data(b);
             for (int i = 0; i < K * cols[c]; i++) x[i] = uniform() * 4.0f;
             void *out = mul_mat(ctx, a, b);
@@ -174,6 +180,7 @@ int main(int argc, char **argv) {
         }
     }
     free(w);
+    free(ones);
     backend_free(backend);
     return 0;
 }
