@@ -107,6 +107,16 @@ pub enum Q2Chain {
     GenericCUnfused,
 }
 
+/// How a stock `quantize_row_q8_0` narrows its scale to f16: the two give the same half for every number and
+/// differ for a NaN (`q8_0::f16c_nan_scale`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Q8Scale {
+    /// ggml's software routine: a NaN becomes `sign | 0x7E00` (every ggml before 0.27.0, every x64 build).
+    Software,
+    /// F16C's `vcvtps2ph`, which keeps the NaN's top payload bits (ggml ≥ 0.27.0's AVX path).
+    F16c,
+}
+
 /// The kernels for one (instruction set, float order) pair. The function pointers are safe to call: a table is
 /// only built for an instruction set the CPU has, and each entry checks slice lengths.
 #[derive(Clone, Copy)]
@@ -118,6 +128,8 @@ pub struct Kernels {
     pub choices: KernelChoices,
     /// The order of this table's Q2_0 kernels (the build's generic C, or ggml ≥ 0.27.0's own AVX2 kernel).
     pub q2_0_chain: Q2Chain,
+    /// How this table's `quantize_row_q8_0` narrows a NaN scale.
+    pub q8_0_scale: Q8Scale,
     vec_dot_q2_0_q8_0: unsafe fn(&[BlockQ2_0], &[BlockQ8_0]) -> f32,
     quantize_row_q8_0: unsafe fn(&[f32], &mut [BlockQ8_0]),
     dequantize_row_q2_0: unsafe fn(&[BlockQ2_0], &mut [f32]),
@@ -706,6 +718,7 @@ impl Kernels {
                         order,
                         choices,
                         q2_0_chain: Q2Chain::GenericC,
+                        q8_0_scale: Q8Scale::Software,
                         vec_dot_q2_0_q8_0: match (haswell, choices.q8_scale_gather) {
                             (true, true) => avx512::vec_dot_q2_0_q8_0::<true, true>,
                             (true, false) => avx512::vec_dot_q2_0_q8_0::<true, false>,
@@ -801,6 +814,7 @@ impl Kernels {
                         order,
                         choices: KernelChoices::default(),
                         q2_0_chain: Q2Chain::GenericC,
+                        q8_0_scale: Q8Scale::Software,
                         vec_dot_q2_0_q8_0: if haswell {
                             avx2::vec_dot_q2_0_q8_0::<true>
                         } else {
@@ -877,6 +891,7 @@ impl Kernels {
             order,
             choices: KernelChoices::default(),
             q2_0_chain: Q2Chain::GenericC,
+            q8_0_scale: Q8Scale::Software,
             vec_dot_q2_0_q8_0: if haswell {
                 q2_0::vec_dot_q2_0_q8_0_fma_model
             } else {
@@ -976,6 +991,15 @@ impl Kernels {
         self
     }
 
+    /// This table with its Q2_0 kernels for a stock Q2_0 kernel of `chain` (the probe's finding).
+    pub fn with_q2_0_chain(self, chain: Q2Chain) -> Kernels {
+        match chain {
+            Q2Chain::GenericC => self,
+            Q2Chain::GgmlAvx2 => self.with_q2_0_in_ggml_avx2_order(),
+            Q2Chain::GenericCUnfused => self.with_q2_0_unfused(),
+        }
+    }
+
     /// This table with its Q2_0 kernels (the vec_dot and the tiles) from the x64 order's table at the same
     /// instruction set, for a stock library whose Q2_0 is the generic C without contraction while its quantizer
     /// and other kernels follow the haswell order.
@@ -1008,6 +1032,24 @@ impl Kernels {
         assert!(y.len() >= x.len() / q8_0::QK8_0, "q8_0 output too short");
         // SAFETY: as above.
         unsafe { (self.quantize_row_q8_0)(x, y) }
+        if self.q8_0_scale == Q8Scale::F16c {
+            // Only a NaN scale differs, and only blocks holding a NaN have one: fixed after the fact, block by
+            // block, so the kernels stay one per order.
+            for (block, out) in x.chunks_exact(q8_0::QK8_0).zip(y.iter_mut()) {
+                if out.d.to_bits() & 0x7c00 == 0x7c00 && out.d.to_bits() & 0x3ff != 0 {
+                    let block: &[f32; q8_0::QK8_0] = block.try_into().expect("whole blocks");
+                    if let Some(d) = q8_0::f16c_nan_scale(block) {
+                        out.d = crate::fp16::GgmlHalf::from_bits(d);
+                    }
+                }
+            }
+        }
+    }
+
+    /// This table with its `quantize_row_q8_0` narrowing a NaN scale as `scale` says (the probe's finding).
+    pub fn with_q8_0_scale(mut self, scale: Q8Scale) -> Kernels {
+        self.q8_0_scale = scale;
+        self
     }
 
     /// `W · Y`: `emit(r, c, v)` for every row `r` of `x` and column `c` of `y`, `v` with the bits of

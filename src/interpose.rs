@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 use crate::dispatch::IqFormat;
 use crate::dispatch::{
-    default_order, env_choice, env_flag, Isa, Kernels, Q2Chain, RowDot, VecDotEntry,
+    default_order, env_choice, env_flag, Isa, Kernels, Q2Chain, Q8Scale, RowDot, VecDotEntry,
 };
 use crate::formats::iq2_s::BlockIQ2S;
 use crate::formats::iq2_xs::BlockIQ2XS;
@@ -138,14 +138,21 @@ fn in_a_lowbit_library(p: *mut c_void) -> bool {
 /// The stock definition of `name`: `dlsym(RTLD_NEXT, name)`, else the loaded ggml libraries' own (see
 /// `loaded_ggml_symbol`); never one in a ggml-lowbit library (`in_a_lowbit_library`).
 pub(crate) fn next_symbol<T: Copy>(name: &std::ffi::CStr) -> Option<T> {
-    // SAFETY: dlsym with a NUL-terminated name has no other precondition.
-    let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-    if p.is_null() || in_a_lowbit_library(p) {
-        p = loaded_ggml_symbol(name)?;
-    }
+    let p = next_symbol_address(name)?;
     debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
-    // SAFETY: `T` is the function-pointer type of `name`'s ggml signature (see `find_next`).
+    // SAFETY: `T` is the function-pointer type of `name`'s ggml signature (see `Next::find_with`).
     Some(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
+}
+
+/// `next_symbol`'s address, untyped.
+fn next_symbol_address(name: &std::ffi::CStr) -> Option<*mut c_void> {
+    // SAFETY: dlsym with a NUL-terminated name has no other precondition.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    if p.is_null() || in_a_lowbit_library(p) {
+        loaded_ggml_symbol(name)
+    } else {
+        Some(p)
+    }
 }
 
 /// The symbol `name` in a loaded ggml library that is not reachable through `RTLD_NEXT`: a `GGML_BACKEND_DL`
@@ -191,23 +198,83 @@ fn loaded_ggml_symbol(name: &std::ffi::CStr) -> Option<*mut c_void> {
 }
 
 fn find_next() -> Next {
-    Next {
-        vec_dot_q2_0_q8_0: next_symbol::<VecDotFn>(c"ggml_vec_dot_q2_0_q8_0"),
-        quantize_row_q8_0: next_symbol::<QuantizeRowFn>(c"quantize_row_q8_0"),
-        dequantize_row_q2_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_q2_0"),
-        vec_dot_pq2_0_q8_0: next_symbol::<VecDotFn>(c"ggml_vec_dot_pq2_0_q8_0"),
-        dequantize_row_pq2_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_pq2_0"),
-        vec_dot_ptq1_0_q8_0: next_symbol::<VecDotFn>(c"ggml_vec_dot_ptq1_0_q8_0"),
-        dequantize_row_ptq1_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_ptq1_0"),
-        vec_dot_q1_0_q8_0: next_symbol::<VecDotFn>(c"ggml_vec_dot_q1_0_q8_0"),
-        dequantize_row_q1_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_q1_0"),
-        vec_dot_tq2_0_q8_k: next_symbol::<VecDotFn>(c"ggml_vec_dot_tq2_0_q8_K"),
-        dequantize_row_tq2_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_tq2_0"),
-        vec_dot_tq1_0_q8_k: next_symbol::<VecDotFn>(c"ggml_vec_dot_tq1_0_q8_K"),
-        dequantize_row_tq1_0: next_symbol::<DequantizeRowFn>(c"dequantize_row_tq1_0"),
-        vec_dot_iq: IQ_SYMBOLS.map(|(dot, _)| next_symbol::<VecDotFn>(dot)),
-        dequantize_row_iq: IQ_SYMBOLS.map(|(_, deq)| next_symbol::<DequantizeRowFn>(deq)),
-        quantize_row_q8_k: next_symbol::<QuantizeRowFn>(c"quantize_row_q8_K"),
+    Next::find_with(next_symbol_address)
+}
+
+impl Next {
+    /// The stock symbols `lookup` finds by their C names: behind this library, `dlsym(RTLD_NEXT, …)`; in the
+    /// harness, a stock library loaded with libloading.
+    pub fn find_with(lookup: impl Fn(&std::ffi::CStr) -> Option<*mut c_void>) -> Next {
+        /// # Safety
+        /// `T` is the function-pointer type of `name`'s ggml signature.
+        unsafe fn typed<T: Copy>(p: Option<*mut c_void>) -> Option<T> {
+            debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
+            // SAFETY: the caller's contract.
+            p.filter(|p| !p.is_null())
+                .map(|p| unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
+        }
+        let dot = |name: &std::ffi::CStr| -> Option<VecDotFn> {
+            // SAFETY: every name looked up through `dot` is a `ggml_vec_dot_*` symbol.
+            unsafe { typed(lookup(name)) }
+        };
+        let quantize = |name: &std::ffi::CStr| -> Option<QuantizeRowFn> {
+            // SAFETY: every name looked up through `quantize` is a `quantize_row_*` symbol.
+            unsafe { typed(lookup(name)) }
+        };
+        let dequantize = |name: &std::ffi::CStr| -> Option<DequantizeRowFn> {
+            // SAFETY: every name looked up through `dequantize` is a `dequantize_row_*` symbol.
+            unsafe { typed(lookup(name)) }
+        };
+        Next {
+            vec_dot_q2_0_q8_0: dot(c"ggml_vec_dot_q2_0_q8_0"),
+            quantize_row_q8_0: quantize(c"quantize_row_q8_0"),
+            dequantize_row_q2_0: dequantize(c"dequantize_row_q2_0"),
+            vec_dot_pq2_0_q8_0: dot(c"ggml_vec_dot_pq2_0_q8_0"),
+            dequantize_row_pq2_0: dequantize(c"dequantize_row_pq2_0"),
+            vec_dot_ptq1_0_q8_0: dot(c"ggml_vec_dot_ptq1_0_q8_0"),
+            dequantize_row_ptq1_0: dequantize(c"dequantize_row_ptq1_0"),
+            vec_dot_q1_0_q8_0: dot(c"ggml_vec_dot_q1_0_q8_0"),
+            dequantize_row_q1_0: dequantize(c"dequantize_row_q1_0"),
+            vec_dot_tq2_0_q8_k: dot(c"ggml_vec_dot_tq2_0_q8_K"),
+            dequantize_row_tq2_0: dequantize(c"dequantize_row_tq2_0"),
+            vec_dot_tq1_0_q8_k: dot(c"ggml_vec_dot_tq1_0_q8_K"),
+            dequantize_row_tq1_0: dequantize(c"dequantize_row_tq1_0"),
+            vec_dot_iq: IQ_SYMBOLS.map(|(d, _)| dot(d)),
+            dequantize_row_iq: IQ_SYMBOLS.map(|(_, deq)| dequantize(deq)),
+            quantize_row_q8_k: quantize(c"quantize_row_q8_K"),
+        }
+    }
+}
+
+/// What the library finds in a stock library whose symbols are `next` (`probe_order`): the float order, Q2_0's
+/// kernel, and the vec_dot symbols whose kernels follow neither modelled order (passed to stock alone); or why
+/// it would pass everything to stock.
+pub fn probe_stock(next: &Next) -> Result<ProbedStock, String> {
+    match probe_order(next) {
+        Probe::Order(order, unmatched, q2_0_chain, q8_0_scale) => Ok(ProbedStock {
+            order,
+            q2_0_chain,
+            q8_0_scale,
+            unmatched: unmatched.into_iter().map(|(n, _)| n).collect(),
+        }),
+        Probe::Neither(why) => Err(why),
+    }
+}
+
+/// What `probe_stock` finds.
+pub struct ProbedStock {
+    pub order: FloatOrder,
+    pub q2_0_chain: Q2Chain,
+    pub q8_0_scale: Q8Scale,
+    /// The vec_dot symbols passed to stock alone.
+    pub unmatched: Vec<&'static str>,
+}
+
+impl ProbedStock {
+    /// `k` (a table of this order) with the build's Q2_0 kernel and q8_0 scale.
+    pub fn apply(&self, k: Kernels) -> Kernels {
+        k.with_q2_0_chain(self.q2_0_chain)
+            .with_q8_0_scale(self.q8_0_scale)
     }
 }
 
@@ -274,12 +341,14 @@ pub fn config() -> &'static Config {
         }
         let mut unmatched = Vec::new();
         let mut q2_0_chain = Q2Chain::GenericC;
+        let mut q8_0_scale = Q8Scale::Software;
         let (order, how) = match matched {
             Some(o) => (o, "GGML_LOWBIT_MATCH"),
             None if have_stock && mode != Mode::Disable => match probe_order(&next) {
-                Probe::Order(o, u, chain) => {
+                Probe::Order(o, u, chain, scale) => {
                     unmatched = u;
                     q2_0_chain = chain;
+                    q8_0_scale = scale;
                     (o, PROBED)
                 }
                 Probe::Neither(why) => {
@@ -293,23 +362,25 @@ pub fn config() -> &'static Config {
             },
             None => (default_order(), "this CPU's release build"),
         };
-        let kernels = match q2_0_chain {
-            Q2Chain::GenericC => Kernels::new(isa, order),
-            Q2Chain::GgmlAvx2 => Kernels::new(isa, order).with_q2_0_in_ggml_avx2_order(),
-            Q2Chain::GenericCUnfused => Kernels::new(isa, order).with_q2_0_unfused(),
-        };
+        let kernels = Kernels::new(isa, order)
+            .with_q2_0_chain(q2_0_chain)
+            .with_q8_0_scale(q8_0_scale);
         if log || matches!(mode, Mode::Verify { .. }) {
             // SAFETY: registering a plain extern "C" function with no arguments.
             unsafe { libc::atexit(summary_at_exit) };
         }
         if log {
             crate::process::log_line(&format!(
-                "float order {} ({how}){}, instruction set {}{}, mode {:?}, stock symbols {}",
+                "float order {} ({how}){}{}, instruction set {}{}, mode {:?}, stock symbols {}",
                 order.name(),
                 match q2_0_chain {
                     Q2Chain::GenericC => "",
                     Q2Chain::GgmlAvx2 => ", Q2_0 in ggml ≥ 0.27.0's own AVX2 order",
                     Q2Chain::GenericCUnfused => ", Q2_0 in the generic C without contraction",
+                },
+                match q8_0_scale {
+                    Q8Scale::Software => "",
+                    Q8Scale::F16c => ", q8_0 scales narrowed by F16C",
                 },
                 kernels.isa.name(),
                 kernels.forms_note(),
@@ -394,8 +465,8 @@ extern "C" fn summary_at_exit() {
 
 enum Probe {
     /// The build's order, the vec_dot symbols whose kernels follow neither it nor any modelled one (with the
-    /// probe's finding), and whether its Q2_0 kernel is ggml ≥ 0.27.0's own AVX2 one.
-    Order(FloatOrder, Vec<(&'static str, String)>, Q2Chain),
+    /// probe's finding), which Q2_0 kernel it has, and how its q8_0 quantizer narrows a NaN scale.
+    Order(FloatOrder, Vec<(&'static str, String)>, Q2Chain, Q8Scale),
     Neither(String),
 }
 
@@ -473,8 +544,10 @@ fn probe_order(next: &Next) -> Probe {
     let chain = probe_chain(&p);
     let mut unmatched = Vec::new();
     let mut q2_0_chain = Q2Chain::GenericC;
+    let mut q8_0_scale = Q8Scale::Software;
     let order = match next.quantize_row_q8_0.map(probe_quantizer) {
-        Some(Ok(avx)) => {
+        Some(Ok((avx, scale))) => {
+            q8_0_scale = scale;
             let order = if avx {
                 FloatOrder::Haswell
             } else {
@@ -529,7 +602,7 @@ fn probe_order(next: &Next) -> Probe {
             ),
         ));
     }
-    Probe::Order(order, unmatched, q2_0_chain)
+    Probe::Order(order, unmatched, q2_0_chain, q8_0_scale)
 }
 
 /// The float order a stock vec_dot follows.
@@ -616,19 +689,38 @@ fn probe_chain(p: &ProbeDot) -> Result<Chain, String> {
 
 /// Whether the stock `quantize_row_q8_0` rounds ties to even (the AVX path: `true`) or away from zero (the
 /// reference: `false`); an error where it does neither.
-fn probe_quantizer(quant: QuantizeRowFn) -> Result<bool, String> {
+fn probe_quantizer(quant: QuantizeRowFn) -> Result<(bool, Q8Scale), String> {
+    let run = |x: &[f32; 32]| {
+        let mut got = BlockQ8_0::default();
+        // SAFETY: the stock symbol has ggml's quantize signature; 32 floats in, one block out.
+        unsafe { quant(x.as_ptr(), &mut got as *mut BlockQ8_0 as *mut c_void, 32) };
+        got
+    };
     // max = 127 gives id = 1 in both quantizers, so k + 0.5 values are ties: even (AVX path) or away (reference).
-    let x: [f32; 32] = std::array::from_fn(|j| if j == 0 { 127.0 } else { j as f32 - 16.5 });
-    let mut got = BlockQ8_0::default();
-    // SAFETY: the stock symbol has ggml's quantize signature; 32 floats in, one block out.
-    unsafe { quant(x.as_ptr(), &mut got as *mut BlockQ8_0 as *mut c_void, 32) };
-    if got == quantize_block_q8_0_avx_model(&x) {
-        Ok(true)
-    } else if got == quantize_block_q8_0_ref_model(&x) {
-        Ok(false)
+    let ties: [f32; 32] = std::array::from_fn(|j| if j == 0 { 127.0 } else { j as f32 - 16.5 });
+    let got = run(&ties);
+    let avx = if got == quantize_block_q8_0_avx_model(&ties) {
+        true
+    } else if got == quantize_block_q8_0_ref_model(&ties) {
+        false
     } else {
-        Err("quantize_row_q8_0 matches neither quantizer".into())
-    }
+        return Err("quantize_row_q8_0 matches neither quantizer".into());
+    };
+    // A NaN with payload where the AVX path's `maxps` tree keeps it (lane 3 of the last vector): the scale
+    // shows how the build narrows it.
+    let mut nan = [1.0f32; 32];
+    nan[27] = f32::from_bits(0x7fd2_3456);
+    let got = run(&nan);
+    let model = |scale| match (avx, scale) {
+        (true, Q8Scale::F16c) => crate::formats::q8_0::quantize_block_q8_0_avx_f16c_model(&nan),
+        (true, Q8Scale::Software) => quantize_block_q8_0_avx_model(&nan),
+        (false, _) => quantize_block_q8_0_ref_model(&nan),
+    };
+    [Q8Scale::Software, Q8Scale::F16c]
+        .into_iter()
+        .find(|&scale| got == model(scale))
+        .map(|scale| (avx, scale))
+        .ok_or_else(|| "quantize_row_q8_0 narrows a NaN scale as neither model does".into())
 }
 
 /// Q1_0's stock kernel differs between builds in shape (the haswell build's AVX2 lanes, the generic C

@@ -85,6 +85,8 @@ pub fn run_build_script(script: &str, variant: &str, expect: &str) -> Result<Pat
 /// One loaded stock build: `libggml-base.so` and `libggml-cpu.so`, initialised with `ggml_cpu_init()`.
 pub struct StockLib {
     pub order: FloatOrder,
+    /// The build's name in reports: the float order's for the pinned builds, else the prebuilt build's.
+    pub build: String,
     pub dir: PathBuf,
     // Field order matters for drop: cpu before base.
     cpu: Library,
@@ -94,14 +96,30 @@ pub struct StockLib {
 impl StockLib {
     /// Loads the build in `dir` (the folder `scripts/stock-llama.sh` prints).
     pub fn open(order: FloatOrder, dir: &Path) -> Result<StockLib, String> {
-        let load = |name: &str| {
-            let path = dir.join(name);
+        StockLib::open_files(
+            order.name(),
+            order,
+            &dir.join("libggml-base.so"),
+            &dir.join("libggml-cpu.so"),
+        )
+    }
+
+    /// Loads libggml-base from `base` and the CPU backend (a linked libggml-cpu or one `GGML_BACKEND_DL`
+    /// variant's module) from `cpu`; `build` names it in reports and `order` is its probed float order.
+    pub fn open_files(
+        build: &str,
+        order: FloatOrder,
+        base: &Path,
+        cpu: &Path,
+    ) -> Result<StockLib, String> {
+        let dir = cpu.parent().unwrap_or(Path::new("."));
+        let load = |path: &Path| {
             // SAFETY: loading ggml runs only its static initialisers, which have no preconditions.
-            unsafe { Library::new(&path) }
+            unsafe { Library::new(path) }
                 .map_err(|e| format!("cannot load {}: {e}", path.display()))
         };
-        let base = load("libggml-base.so")?;
-        let cpu = load("libggml-cpu.so")?;
+        let base = load(base)?;
+        let cpu = load(cpu)?;
         // SAFETY: `ggml_cpu_init` has the C signature `void(void)` and may be called any number of times.
         unsafe {
             let init: libloading::Symbol<unsafe extern "C" fn()> = cpu
@@ -111,6 +129,7 @@ impl StockLib {
         }
         Ok(StockLib {
             order,
+            build: build.to_string(),
             dir: dir.to_path_buf(),
             cpu,
             _base: base,
@@ -129,6 +148,18 @@ impl StockLib {
         unsafe { self.cpu.get::<T>(cname.as_bytes()) }
             .map(|s| *s)
             .map_err(|e| format!("stock {} has no {name}: {e}", self.order.name()))
+    }
+
+    /// The address of `name` in the build (its CPU backend and the libraries it links), if it has it; valid
+    /// while `self` lives.
+    pub fn address(&self, name: &std::ffi::CStr) -> Option<*mut std::ffi::c_void> {
+        // SAFETY: looking a symbol up has no precondition; callers call it only through its ggml C type.
+        unsafe {
+            self.cpu
+                .get::<*mut std::ffi::c_void>(name.to_bytes_with_nul())
+        }
+        .ok()
+        .map(|s| *s)
     }
 
     /// A `ggml_vec_dot_*` symbol; valid while `self` lives.

@@ -179,6 +179,7 @@ fn c_program(dir: &Path, name: &str) -> PathBuf {
         .arg(&exe)
         .arg(&src)
         .arg("-ldl")
+        .arg("-lm")
         .status()
         .expect("run the C compiler");
     assert!(status.success(), "cannot build {}", src.display());
@@ -331,6 +332,36 @@ fn over_prebuilt_builds_every_vec_dot_keeps_its_bits_and_unmodelled_kernels_go_t
                     }
                 }
             }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The q8 quantizers preloaded over every prebuilt build's variants that run here, serving all: their output
+/// bytes equal the module's own on rows of every magnitude, a quarter of them with NaNs (random payloads) and
+/// infinities — where ggml ≥ 0.27.0 narrows a NaN scale with F16C and older builds with the software routine.
+#[test]
+fn over_prebuilt_builds_the_quantizers_keep_their_bits_nan_scales_included() {
+    let dir = std::env::temp_dir().join(format!("ggml-lowbit-prebuilt-q-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let host = host(&dir);
+    for build in &PREBUILT {
+        let root = fetch(build);
+        for v in build.variants.iter().filter(|v| runs_here(v.name)) {
+            let module = module(build, &root, v.name);
+            let args: [&dyn AsRef<std::ffi::OsStr>; 3] = [&module, &CASES, &"quantizers"];
+            let serve_all = [("GGML_LOWBIT_SERVE_ALL", "1")];
+            let (out, text) = run_program(build, &root, &host, &args, true, &serve_all);
+            let what = format!("{} {}", build.name, v.name);
+            println!("{what}:\n{text}");
+            assert!(out.status.success(), "{what}: {text}");
+            let lines: Vec<&str> = text.lines().filter(|l| l.contains(" cases, ")).collect();
+            assert_eq!(lines.len(), 2, "{what}: {text}");
+            assert!(
+                lines.iter().all(|l| l.ends_with(", 0 mismatches")),
+                "{what}: {text}"
+            );
+            assert!(served(&text) > 0, "{what}: {text}");
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -726,4 +757,43 @@ fn node_llama_cpp_itself_keeps_its_probabilities_and_text_with_the_library() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ggml-lowbit-ab bits --prebuilt`: the rlib's tables for what the library's probe finds in each build (float
+/// order, Q2_0's kernel, how the q8_0 quantizer narrows a NaN scale) against the build's own symbols, at every
+/// instruction set here, in the variant a release picks on this CPU: 200,000 random and adversarial cases per
+/// symbol against ggml ≥ 0.27.0 (Debian's 0.27.0 and 1.0.0), 20,000 against the others. 0 mismatches.
+#[test]
+fn bits_against_each_prebuilt_build_as_the_probe_finds_it() {
+    for (build, cases) in [
+        ("debian-libggml0-0.27.0", "200000"),
+        ("debian-libggml1-1.0.0", "200000"),
+        ("llama-cpp-py-sync-0.11739", "20000"),
+        ("node-llama-cpp-3.22.1", "20000"),
+        ("node-llama-cpp-3.21.1", "20000"),
+        ("libggml-python-0.20.2", "20000"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
+            .args(["bits", "--prebuilt", build, "--cases", cases])
+            .env_remove("LD_PRELOAD")
+            .output()
+            .expect("run the harness");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let summary: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(": float order ") || l.starts_with("bits: "))
+            .collect();
+        println!("{build}: {summary:?}");
+        assert!(
+            out.status.success(),
+            "{build}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            summary
+                .iter()
+                .any(|l| l.starts_with("bits: ") && l.ends_with(" comparisons, 0 mismatches")),
+            "{build}: {text}"
+        );
+    }
 }

@@ -780,7 +780,7 @@ pub fn run(
     mut tick: impl FnMut(),
 ) -> Result<Vec<SymbolReport>, String> {
     let st = CSymbols::from_stock(stock)?;
-    let build = stock.order.name().to_string();
+    let build = stock.build.clone();
     let mut reports: Vec<SymbolReport> = SYMBOLS
         .iter()
         .flat_map(|sym| {

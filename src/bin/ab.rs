@@ -133,6 +133,14 @@ enum Command {
         /// Only report these symbols (comma-separated).
         #[arg(long, value_delimiter = ',')]
         symbol: Vec<String>,
+        /// A prebuilt ggml as the stock side instead of the pinned builds (a name of `ggml-lowbit-ab graph`,
+        /// e.g. debian-libggml0-0.27.0): the library's kernels for what its probe finds there, at every
+        /// instruction set, against that build's own (through its loader where it needs glibc 2.38).
+        #[arg(long)]
+        prebuilt: Option<String>,
+        /// The prebuilt build's CPU variant (default: the one its users get on this CPU).
+        #[arg(long, requires = "prebuilt")]
+        variant: Option<String>,
     },
     /// Speed side by side with stock: median ratios over interleaved repetitions.
     Speed {
@@ -247,10 +255,20 @@ fn main() -> ExitCode {
         Command::Bits {
             cases,
             seed,
+            prebuilt: Some(name),
+            variant,
+            via,
+            symbol,
+            ..
+        } => cmd_bits_prebuilt(cases, seed, &name, variant.as_deref(), via, &symbol),
+        Command::Bits {
+            cases,
+            seed,
             build,
             via,
             lib,
             symbol,
+            ..
         } => cmd_bits(cases, seed, build, via, lib, &symbol),
         Command::Speed {
             shapes,
@@ -852,6 +870,113 @@ fn cmd_bits(
         );
     }
     let _ = std::fs::remove_dir_all(&scratch);
+    Ok(report_bits(&all))
+}
+
+/// The variable that marks a `bits --prebuilt` run already started through the build's own loader.
+const UNDER_LOADER: &str = "GGML_LOWBIT_AB_UNDER_LOADER";
+
+/// `bits` against a prebuilt ggml: its module loaded as the stock side, the library's probe run on it, and the
+/// rlib's tables for what the probe finds (order, Q2_0's kernel) compared symbol by symbol; the symbols the
+/// probe passes to stock alone are named and not compared. A build that needs glibc 2.38 runs this command
+/// again through its own loader.
+fn cmd_bits_prebuilt(
+    cases: u64,
+    seed: u64,
+    name: &str,
+    variant: Option<&str>,
+    via: Via,
+    only: &[String],
+) -> Result<ExitCode> {
+    use ggml_lowbit::ab::prebuilt::{runs_here, PrebuiltGgml};
+    check_symbols(only, &bits::SYMBOLS)?;
+    if via == Via::Cdylib {
+        return Err(
+            "over a prebuilt build bits compares the rlib's kernels; the built library is checked \
+                    preloaded over each build, as users run it (tests/prebuilt.rs)"
+                .into(),
+        );
+    }
+    let build = PrebuiltGgml::named(name)?;
+    let variant = variant.unwrap_or_else(|| build.variant_here());
+    if !build.has(variant) {
+        return Err(format!("{name} has no {variant} variant"));
+    }
+    if !runs_here(variant) {
+        return Err(format!("this CPU cannot run {name}'s {variant} variant"));
+    }
+    let root = build.fetch()?;
+    if build.own_loader && std::env::var_os(UNDER_LOADER).is_none() {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let status = build
+            .command(&root, &exe, None)
+            .args(std::env::args_os().skip(1))
+            .env(UNDER_LOADER, "1")
+            .status()
+            .map_err(|e| format!("cannot run {} through {name}'s loader: {e}", exe.display()))?;
+        return Ok(ExitCode::from(status.code().map_or(2, |c| c as u8)));
+    }
+    let mut stock = StockLib::open_files(
+        &format!("{name} {variant}"),
+        FloatOrder::Haswell,
+        &root.join(build.base),
+        &build.module_path(&root, variant),
+    )?;
+    let next = ggml_lowbit::interpose::Next::find_with(|n| stock.address(n));
+    let probed = ggml_lowbit::interpose::probe_stock(&next).map_err(|why| {
+        format!("the library would pass every call to stock over {name} {variant}: {why}")
+    })?;
+    stock.order = probed.order;
+    println!(
+        "{name} {variant}: float order {}, Q2_0 {:?}, q8_0 scales {:?}; passed to stock alone: {}",
+        probed.order.name(),
+        probed.q2_0_chain,
+        probed.q8_0_scale,
+        if probed.unmatched.is_empty() {
+            "none".to_string()
+        } else {
+            probed.unmatched.join(", ")
+        }
+    );
+    use ggml_lowbit::dispatch::{Isa, Kernels};
+    let best = ggml_lowbit::dispatch::detected_isa();
+    let subjects: Vec<Subject> = Isa::ALL
+        .into_iter()
+        .filter(|&i| i <= best)
+        .flat_map(|i| Kernels::every_variant(i, probed.order))
+        .map(|k| Subject::Kernels(probed.apply(k)))
+        .collect();
+    let bar = ProgressBar::new(cases).with_message(format!("bits vs {name} {variant}"));
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} cases ({eta})")
+            .map_err(|e| e.to_string())?
+            .progress_chars("=> "),
+    );
+    let reports = bits::run(&stock, &subjects, cases, seed, || bar.inc(1))?;
+    bar.finish_and_clear();
+    let all: Vec<SymbolReport> = reports
+        .into_iter()
+        .filter(|r| only.is_empty() || only.contains(&r.symbol))
+        // A format whose vec_dot the probe passes to stock keeps its whole products with stock too.
+        .filter(|r| {
+            !probed.unmatched.iter().any(|u| {
+                let format = u.trim_start_matches("ggml_vec_dot_");
+                r.symbol == *u || r.symbol == format!("ggml_lowbit_mul_mat_{format}")
+            })
+        })
+        .collect();
+    let code = report_bits(&all);
+    if all.iter().any(|r| r.mismatches > 0) {
+        println!(
+            "(the library checks each symbol against the build on its agreement rows before serving it and \
+             passes one that gives other bits to stock: GGML_LOWBIT_LOG=1 names them)"
+        );
+    }
+    Ok(code)
+}
+
+/// Prints `bits`' table, each mismatch and the totals; exit 1 on any mismatch.
+fn report_bits(all: &[SymbolReport]) -> ExitCode {
     let lines: Vec<BitsLine> = all
         .iter()
         .map(|r| BitsLine {
@@ -877,11 +1002,11 @@ fn cmd_bits(
     let total: u64 = all.iter().map(|r| r.cases).sum();
     let mism: u64 = all.iter().map(|r| r.mismatches).sum();
     println!("bits: {total} comparisons, {mism} mismatches");
-    Ok(if bad.is_empty() {
+    if bad.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
+    }
 }
 
 /// The longest row `speed` takes: the largest multiple of 64 that fits ggml's `int n`.

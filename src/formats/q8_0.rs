@@ -10,7 +10,9 @@
 //!
 //! Both narrow `d` to f16 with ggml's software routine, not F16C (the haswell disassembly shows the bit-trick
 //! code, with one multiply fused into the add; that fusion cannot change a result, see `fp16.rs`), so a NaN
-//! scale is stored as `0x7E00` in both.
+//! scale is stored as `0x7E00` in both. ggml ≥ 0.27.0's AVX path narrows with F16C's `vcvtps2ph` instead, which
+//! gives the same half for every number but keeps a NaN's top payload bits (`f16c_nan_scale`): the same bytes
+//! except where `max|x|` is NaN, and only a NaN that survives the `maxps` tree reaches the scale.
 
 use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf};
 
@@ -81,6 +83,27 @@ pub fn quantize_block_q8_0_avx_model(x: &[f32; QK8_0]) -> BlockQ8_0 {
     };
     for (q, &v) in out.qs.iter_mut().zip(x) {
         *q = saturate_i32_to_i8(cvtps2dq_lane((v * id).round_ties_even()));
+    }
+    out
+}
+
+/// The scale ggml ≥ 0.27.0's AVX quantizer stores for a block whose `max|x|` (in the AVX path's order) is NaN,
+/// `None` for any other block: `d = max/127` keeps the NaN's payload and quiets it (`divss`), and `vcvtps2ph`
+/// keeps the sign, sets the exponent and takes the top ten mantissa bits.
+pub fn f16c_nan_scale(x: &[f32; QK8_0]) -> Option<u16> {
+    let max = block_amax_avx_order(x);
+    if !max.is_nan() {
+        return None;
+    }
+    let d = max.to_bits() | 0x0040_0000;
+    Some((((d >> 16) & 0x8000) | 0x7c00 | ((d >> 13) & 0x3ff)) as u16)
+}
+
+/// One block of ggml ≥ 0.27.0's AVX `quantize_row_q8_0`: the haswell build's, with F16C's NaN scale.
+pub fn quantize_block_q8_0_avx_f16c_model(x: &[f32; QK8_0]) -> BlockQ8_0 {
+    let mut out = quantize_block_q8_0_avx_model(x);
+    if let Some(d) = f16c_nan_scale(x) {
+        out.d = GgmlHalf::from_bits(d);
     }
     out
 }
@@ -174,5 +197,38 @@ mod tests {
         let mut z = [0f32; QK8_0];
         z[24] = f32::NAN;
         assert_eq!(block_amax_avx_order(&z), 0.0);
+    }
+
+    /// `f16c_nan_scale` against the instructions it models: `divss` by 127 and F16C's `vcvtps2ph` on the
+    /// surviving NaN, for NaNs of every sign, quiet bit and payload (1 << 16 of them, spread over the 23 bits).
+    #[test]
+    fn f16c_nan_scale_gives_the_instructions_bits() {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !std::arch::is_x86_feature_detected!("f16c") {
+                println!("SKIPPED: no F16C on this CPU to compare with");
+                return;
+            }
+            let mut state = 0x9e37_79b9_7f4a_7c15u64;
+            for i in 0..1u32 << 16 {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let payload = ((state as u32) & 0x7f_ffff).max(1);
+                let nan = f32::from_bits(0x7f80_0000 | payload | ((i & 1) << 31));
+                let mut x = [1.0f32; QK8_0];
+                x[27] = nan;
+                let max = block_amax_avx_order(&x);
+                let d = std::hint::black_box(max) / std::hint::black_box(127.0f32);
+                // SAFETY: F16C was detected above.
+                let hw = unsafe {
+                    use std::arch::x86_64::*;
+                    _mm_extract_epi16::<0>(_mm_cvtps_ph::<0>(_mm_set_ss(d))) as u16
+                };
+                assert_eq!(f16c_nan_scale(&x), Some(hw), "{:#010x}", nan.to_bits());
+            }
+            let finite = [3.0f32; QK8_0];
+            assert_eq!(f16c_nan_scale(&finite), None);
+        }
     }
 }

@@ -3,9 +3,14 @@
  * libggml_lowbit.so defines it, as the module's own relocations bind it) and once as the module's own
  * definition (stock), and counts results whose bits differ.
  *
- *   vec_dot_host MODULE CASES      prints "SYMBOL: N cases, M mismatches" per symbol; exit 1 on a mismatch */
+ *   vec_dot_host MODULE CASES      prints "SYMBOL: N cases, M mismatches" per symbol; exit 1 on a mismatch
+ *   vec_dot_host MODULE CASES quantizers
+ *                                  the same for quantize_row_q8_0 and quantize_row_q8_K, whose rows hold values
+ *                                  of every magnitude and, in a quarter of the cases, NaNs with payloads and
+ *                                  infinities; the output bytes are compared */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,9 +63,59 @@ static const struct format formats[] = {
     {"ggml_vec_dot_iq3_s_q8_K", 256, 110, 0, 1},
 };
 
+typedef void (*quantize_fn)(const float *, void *, int64_t);
+
+/* One row of `n` floats for the quantizers: each block at its own magnitude, some values NaN (random payload,
+ * either sign) or infinite in a quarter of the rows. */
+static void fill_floats(float *x, int n, int qk) {
+    int specials = next() % 4 == 0;
+    for (int b = 0; b < n / qk; b++) {
+        int e = (int) (next() % 60) - 30;
+        for (int j = 0; j < qk; j++) {
+            uint32_t bits = (uint32_t) next();
+            float v = ((float) (bits >> 8) / (float) (1u << 24) * 2.0f - 1.0f) * ldexpf(1.0f, e);
+            if (specials && next() % 16 == 0) {
+                uint32_t u = (next() % 3 == 0) ? 0x7f800000u : (0x7f800000u | (uint32_t) (next() % 0x7fffff + 1));
+                u |= (uint32_t) (next() & 1) << 31;
+                memcpy(&v, &u, 4);
+            }
+            x[b * qk + j] = v;
+        }
+    }
+}
+
+static int check_quantizers(void *module, long cases) {
+    static const struct {
+        const char *symbol;
+        int qk, block_bytes;
+    } quantizers[] = {{"quantize_row_q8_0", 32, 34}, {"quantize_row_q8_K", 256, 292}};
+    static float x[8 * 256];
+    static uint8_t a[8 * 292], s[8 * 292];
+    int failed = 0;
+    for (size_t q = 0; q < sizeof quantizers / sizeof quantizers[0]; q++) {
+        quantize_fn stock = (quantize_fn) dlsym(module, quantizers[q].symbol);
+        quantize_fn global = (quantize_fn) dlsym(RTLD_DEFAULT, quantizers[q].symbol);
+        if (!stock || !global) {
+            printf("%s: not in this ggml\n", quantizers[q].symbol);
+            continue;
+        }
+        long bad = 0;
+        for (long c = 0; c < cases; c++) {
+            int blocks = 1 + next() % 8, n = blocks * quantizers[q].qk;
+            fill_floats(x, n, quantizers[q].qk);
+            global(x, a, n);
+            stock(x, s, n);
+            bad += memcmp(a, s, (size_t) blocks * quantizers[q].block_bytes) != 0;
+        }
+        printf("%s: %ld cases, %ld mismatches\n", quantizers[q].symbol, cases, bad);
+        failed |= bad != 0;
+    }
+    return failed;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: vec_dot_host MODULE CASES\n");
+    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "quantizers") == 0)) {
+        fprintf(stderr, "usage: vec_dot_host MODULE CASES [quantizers]\n");
         return 2;
     }
     void *module = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -71,6 +126,11 @@ int main(int argc, char **argv) {
     void (*cpu_init)(void) = (void (*)(void)) dlsym(module, "ggml_cpu_init");
     if (cpu_init) cpu_init();
     long cases = atol(argv[2]);
+    if (argc == 4) {
+        int failed = check_quantizers(module, cases);
+        fflush(stdout);
+        return failed;
+    }
     int failed = 0;
     enum { MAX_BLOCKS = 8 };
     static uint8_t x[MAX_BLOCKS * 256 / 64 * 110], y[MAX_BLOCKS * 292 * 8];
