@@ -47,7 +47,7 @@ case "$name" in
   debian-llama.cpp-0.7.0)
     suite=sid
     packages=(llama.cpp-tools=1:0.7.0+dfsg-2 llama.cpp-tools-extra=1:0.7.0+dfsg-2 libllama0=1:0.7.0+dfsg-2
-      libggml0=0.27.0-1 libc6 libstdc++6 libgcc-s1 libgomp1 libssl3t64) ;;
+      libggml0=0.27.0-1 libggml0-backend-rpc=0.27.0-1 libc6 libstdc++6 libgcc-s1 libgomp1 libssl3t64) ;;
   node-llama-cpp-3.21.1 | node-llama-cpp-3.22.1)
     npm_package=@node-llama-cpp/linux-x64@${name#node-llama-cpp-} ;;
   node-llama-cpp-app-3.22.1)
@@ -64,7 +64,9 @@ esac
 
 root_dir=${GGML_LOWBIT_CACHE_DIR:-$HOME/.cache/ggml-lowbit}/prebuilt
 out="$root_dir/$name"
-if [ -f "$out/.complete" ]; then
+# A finished fetch records what it holds; a tree fetched for another list is fetched again.
+stamp="${packages[*]:-}${npm_package:-}${npm_install[*]:-}${wheel:-}"
+if [ -f "$out/.complete" ] && [ "$(cat "$out/.complete")" = "$stamp" ]; then
   echo "prebuilt $name: cached ($out)" >&2
   echo "$out"
   exit 0
@@ -87,7 +89,7 @@ if [ -n "${npm_package:-}" ]; then
   rm -f "$out.tmp"/*.tgz
   [ -f "$out.tmp/package/bins/linux-x64/libggml-base.so" ] || die "no bins/linux-x64/libggml-base.so in $npm_package"
   mv "$out.tmp" "$out"
-  touch "$out/.complete"
+  echo "$stamp" >"$out/.complete"
   echo "$out"
   exit 0
 fi
@@ -103,7 +105,7 @@ if [ -n "${npm_install:-}" ]; then
   fi
   [ -f "$out.tmp/node_modules/node-llama-cpp/dist/index.js" ] || die "no node_modules/node-llama-cpp in $out.tmp"
   mv "$out.tmp" "$out"
-  touch "$out/.complete"
+  echo "$stamp" >"$out/.complete"
   echo "$out"
   exit 0
 fi
@@ -124,7 +126,7 @@ if [ -n "${wheel:-}" ]; then
   [ -f "$out.tmp/$wheel_check" ] || die "no $wheel_check in the wheel $wheel"
   if [ -z "${packages:-}" ]; then
     mv "$out.tmp" "$out"
-    touch "$out/.complete"
+    echo "$stamp" >"$out/.complete"
     echo "$out"
     exit 0
   fi
@@ -170,7 +172,12 @@ if ! (export APT_CONFIG="$apt_root/apt.conf"; apt-get update -qq && cd "$dl" && 
 fi
 for deb in "$dl"/*.deb; do dpkg-deb -x "$deb" "$out.tmp"; done
 [ -x "$out.tmp/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" ] || die "no loader in the unpacked libc6"
+# Programs run through the fetched loader see it as their executable, and ggml looks for backends beside the
+# executable: the RPC backend is linked there so that llama.cpp's --rpc and ggml-rpc-server find it.
+if [ -f "$out.tmp/usr/lib/x86_64-linux-gnu/ggml/backends0/libggml-rpc.so" ]; then
+  ln -sf ggml/backends0/libggml-rpc.so "$out.tmp/usr/lib/x86_64-linux-gnu/libggml-rpc.so"
+fi
 rm -rf "$out" "$dl"
 mv "$out.tmp" "$out"
-touch "$out/.complete"
+echo "$stamp" >"$out/.complete"
 echo "$out"

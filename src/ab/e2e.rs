@@ -367,6 +367,7 @@ pub const DEBIAN_TOOLS: &str = "debian-llama.cpp-0.7.0";
 /// `lowbit-bin-VARIANT/` in the fetched tree) that start each program through unstable's loader (it needs
 /// glibc 2.43) with the CPU variant a release ggml picks on this CPU (`release_cpu_variant`) as its backend.
 /// `LD_PRELOAD` reaches the program through the loader, so the wrappers run like any other build's tools.
+/// `ggml-rpc-server` (llama.cpp-tools-extra) is among them: an RPC worker over the same ggml.
 fn debian_tools_dir() -> Result<PathBuf, String> {
     let root = crate::stock::run_build_script(
         "prebuilt-ggml.sh",
@@ -377,13 +378,24 @@ fn debian_tools_dir() -> Result<PathBuf, String> {
     let dir = root.join(format!("lowbit-bin-{variant}"));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let lib = root.join("usr/lib/x86_64-linux-gnu");
-    for tool in ["llama-completion", "llama-perplexity", "llama-bench"] {
+    for tool in [
+        "llama-completion",
+        "llama-perplexity",
+        "llama-bench",
+        "ggml-rpc-server",
+    ] {
+        let bin = if tool == "ggml-rpc-server" {
+            root.join("usr/libexec/x86_64-linux-gnu/llama/bin")
+                .join(tool)
+        } else {
+            root.join("usr/bin").join(tool)
+        };
         let script = format!(
             "#!/bin/sh\n# Debian's {tool} through unstable's loader, CPU backend variant {variant} (ggml-lowbit-ab)\n\
              L='{lib}'\nGGML_BACKEND_PATH=\"$L/ggml/backends0/libggml-cpu-{variant}.so\" \
              exec \"$L/ld-linux-x86-64.so.2\" --library-path \"$L:$L/llama\" '{bin}' \"$@\"\n",
             lib = lib.display(),
-            bin = root.join("usr/bin").join(tool).display(),
+            bin = bin.display(),
         );
         let path = dir.join(tool);
         if std::fs::read_to_string(&path).ok().as_deref() != Some(script.as_str()) {
