@@ -16,7 +16,8 @@
 # llama-cpp-py-sync-0.11739 is the wheel of llama-cpp-py-sync 0.11739 (upstream b11739: ggml 0.27.0 linked for
 # AVX2 + FMA in llama_cpp_py_sync/libggml-cpu.so.0, with libllama and libggml-rpc), with trixie's libc6,
 # libstdc++6, libgcc-s1 and libgomp1 unpacked beside it: it needs glibc 2.38, so its programs run through
-# trixie's loader as the Debian builds' do.
+# trixie's loader as the Debian builds' do; its Python dependencies (cffi, numpy) for this machine's python3 go
+# to site/, for PYTHONPATH.
 # debian-libggml0-0.27.0 is Debian's libggml0 0.27.0-1~bpo13+1 (trixie-backports: ggml 0.27.0 with its CPU
 # backend in 14 variants, dlopened from ggml/backends0/), with trixie's libc6, libstdc++6, libgcc-s1 and libgomp1:
 # it needs glibc 2.38, newer than this machine's, so its programs run through trixie's loader,
@@ -58,6 +59,7 @@ case "$name" in
   llama-cpp-py-sync-0.11739)
     wheel=llama-cpp-py-sync==0.11739
     wheel_check=llama_cpp_py_sync/libggml-cpu.so.0
+    wheel_deps=(cffi numpy)
     packages=(libc6 libstdc++6 libgcc-s1 libgomp1) ;;
   *) die "usage: scripts/prebuilt-ggml.sh node-llama-cpp-3.21.1|node-llama-cpp-3.22.1|node-llama-cpp-app-3.22.1|libggml-python-0.20.2|llama-cpp-py-sync-0.11739|debian-libggml0-0.27.0|debian-libggml1-1.0.0|debian-llama.cpp-0.7.0" ;;
 esac
@@ -65,7 +67,7 @@ esac
 root_dir=${GGML_LOWBIT_CACHE_DIR:-$HOME/.cache/ggml-lowbit}/prebuilt
 out="$root_dir/$name"
 # A finished fetch records what it holds; a tree fetched for another list is fetched again.
-stamp="${packages[*]:-}${npm_package:-}${npm_install[*]:-}${wheel:-}"
+stamp="${packages[*]:-}${npm_package:-}${npm_install[*]:-}${wheel:-}${wheel_deps[*]:-}"
 if [ -f "$out/.complete" ] && [ "$(cat "$out/.complete")" = "$stamp" ]; then
   echo "prebuilt $name: cached ($out)" >&2
   echo "$out"
@@ -124,6 +126,11 @@ if [ -n "${wheel:-}" ]; then
   "$python" -m zipfile -e "$out.tmp"/wheel/*.whl "$out.tmp"
   rm -rf "$out.tmp/wheel"
   [ -f "$out.tmp/$wheel_check" ] || die "no $wheel_check in the wheel $wheel"
+  if [ -n "${wheel_deps:-}" ] && ! "$python" -m pip install --quiet --only-binary=:all: --target "$out.tmp/site" \
+    "${wheel_deps[@]}" >>"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    die "pip install ${wheel_deps[*]} failed (log: $log)"
+  fi
   if [ -z "${packages:-}" ]; then
     mv "$out.tmp" "$out"
     echo "$stamp" >"$out/.complete"

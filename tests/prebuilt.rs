@@ -797,3 +797,111 @@ fn bits_against_each_prebuilt_build_as_the_probe_finds_it() {
         );
     }
 }
+
+/// llama-cpp-py-sync 0.11739 (upstream b11739, ggml 0.27.0) through its own Python API, as its users call it
+/// (`tests/py/py_sync_check.py`: `Llama`, a greedy completion, the last logits hashed as bit patterns), this
+/// machine's python3 started through trixie's loader (the wheel needs glibc 2.38), on tiny Q2_0, Q1_0, TQ2_0 and
+/// IQ2_XXS models: the same text and logits with the library preloaded as without it, the library probing that
+/// ggml's own Q2_0 kernel and F16C-narrowed q8_0 scales. The check can fail: Q2_0 forced into the x64 order and
+/// served changes the logits.
+#[test]
+fn llama_cpp_py_sync_keeps_its_text_and_logits_with_the_library() {
+    if !runs_here("haswell") {
+        println!("SKIPPED: py-sync's ggml is built for AVX2, FMA and F16C");
+        return;
+    }
+    let build = PREBUILT
+        .iter()
+        .find(|b| b.name == "llama-cpp-py-sync-0.11739")
+        .unwrap();
+    let root = fetch(build);
+    // The interpreter itself (not a launcher script) and its libpython, for the loader.
+    let python = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, sysconfig; print(sys.executable); print(sysconfig.get_config_var('LIBDIR'))",
+        ])
+        .output()
+        .expect("python3 is needed for llama-cpp-py-sync");
+    let python = String::from_utf8_lossy(&python.stdout).into_owned();
+    let mut lines = python.lines();
+    let (exe, libdir) = (
+        lines.next().unwrap().to_string(),
+        lines.next().unwrap_or("").to_string(),
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/py_sync_check.py");
+    let dir = std::env::temp_dir().join(format!("ggml-lowbit-py-sync-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = root.join(build.files().lib_dir);
+    let run = |model: &Path, env: &[(&str, &str)], preload: bool| -> (String, String) {
+        let mut cmd = Command::new(lib.join("ld-linux-x86-64.so.2"));
+        cmd.arg("--library-path").arg(format!(
+            "{}:{libdir}:/usr/lib/x86_64-linux-gnu",
+            lib.display()
+        ));
+        if preload {
+            cmd.arg("--preload").arg(library());
+        }
+        let out = cmd
+            .arg(&exe)
+            .arg(&script)
+            .arg(&root)
+            .arg(model)
+            .arg("2")
+            .env_remove("LD_PRELOAD")
+            .env("PYTHONPATH", root.join("site"))
+            .env("GGML_LOWBIT_LOG", "1")
+            .envs(env.iter().copied())
+            .output()
+            .expect("run python through trixie's loader");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            out.status.success(),
+            "{}: {stdout}{stderr}",
+            model.display()
+        );
+        (stdout, stderr)
+    };
+    for wtype in ["q2_0", "q1_0", "tq2_0", "iq2_xxs"] {
+        let model = dir.join(format!("tiny-{wtype}.gguf"));
+        let made = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
+            .args(["model", "--preset", "tiny", "--type", wtype, "--out"])
+            .arg(&model)
+            .output()
+            .expect("run the harness");
+        assert!(made.status.success());
+        let (stock, _) = run(&model, &[], false);
+        let (ours, log) = run(&model, &[], true);
+        println!("{wtype}: {stock}");
+        assert!(
+            stock.contains("logits: ") && stock.contains(", sha256 "),
+            "{stock}"
+        );
+        assert_eq!(ours, stock, "{wtype}: {log}");
+        assert!(log.contains(Q2_0_GGML_AVX2), "{wtype}: {log}");
+        assert!(
+            log.contains("q8_0 scales narrowed by F16C"),
+            "{wtype}: {log}"
+        );
+        assert!(served(&log) > 0, "{wtype}: {log}");
+        if wtype == "q2_0" {
+            let (wrong, log) = run(
+                &model,
+                &[("GGML_LOWBIT_MATCH", "x64"), ("GGML_LOWBIT_SERVE_ALL", "1")],
+                true,
+            );
+            let logits = |s: &str| {
+                s.lines()
+                    .find(|l| l.starts_with("logits: "))
+                    .map(str::to_string)
+            };
+            assert_ne!(
+                logits(&wrong),
+                logits(&stock),
+                "the other order went unnoticed: {log}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
