@@ -110,6 +110,11 @@ fn cli_rejects_bad_input_with_exit_code_2() {
         "--n-predict",
     );
     expect_usage_error(&["e2e", "--model", "m.gguf", "--ubatch", "1,0"], "--ubatch");
+    expect_usage_error(&["e2e", "--model", "m.gguf", "--pp", "0"], "--pp");
+    expect_usage_error(
+        &["e2e", "--model", "m.gguf", "--bench-rounds", "0"],
+        "--bench-rounds",
+    );
     expect_usage_error(
         &[
             "bits",

@@ -293,15 +293,16 @@ pub fn perplexity_values(run: &ToolRun) -> (Vec<String>, Option<String>) {
     (chunks, fin)
 }
 
-pub fn bench_args(model: &Path, threads: usize) -> Vec<String> {
+/// llama-bench's arguments: `pp` prompt tokens and `tg` generated ones, 3 repetitions, JSON out.
+pub fn bench_args(model: &Path, threads: usize, pp: usize, tg: usize) -> Vec<String> {
     let m = model.display().to_string();
     [
         "-m",
         &m,
         "-p",
-        "16",
+        &pp.to_string(),
         "-n",
-        "4",
+        &tg.to_string(),
         "-r",
         "3",
         "-t",

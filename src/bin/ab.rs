@@ -200,6 +200,16 @@ enum Command {
         /// Skip llama-bench and the bandwidth measurement.
         #[arg(long)]
         no_bench: bool,
+        /// llama-bench's prompt length (its ppN test).
+        #[arg(long, default_value_t = 512, value_parser = at_least_one())]
+        pp: usize,
+        /// llama-bench's generated tokens (its tgN test).
+        #[arg(long, default_value_t = 128, value_parser = at_least_one())]
+        tg: usize,
+        /// llama-bench rounds: stock, the preloads and the patched build run in turn this many times, each with
+        /// llama-bench's own 3 repetitions, and each column reports its median round.
+        #[arg(long, default_value_t = 3, value_parser = at_least_one())]
+        bench_rounds: usize,
         #[arg(long)]
         lib: Option<PathBuf>,
     },
@@ -297,9 +307,23 @@ fn main() -> ExitCode {
             ppl_chunks,
             ubatch,
             no_bench,
+            pp,
+            tg,
+            bench_rounds,
             lib,
         } => cmd_e2e(
-            &model, build, threads, n_predict, ppl_chunks, &ubatch, no_bench, lib,
+            &model,
+            build,
+            threads,
+            n_predict,
+            ppl_chunks,
+            &ubatch,
+            (!no_bench).then_some(BenchPlan {
+                pp,
+                tg,
+                rounds: bench_rounds,
+            }),
+            lib,
         ),
         Command::Model {
             preset,
@@ -443,6 +467,15 @@ fn short(s: &str, n: usize) -> String {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// What `e2e` asks of llama-bench: `pp` prompt tokens, `tg` generated ones, `rounds` interleaved rounds.
+#[derive(Clone, Copy)]
+struct BenchPlan {
+    pp: usize,
+    tg: usize,
+    rounds: usize,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn cmd_e2e(
     model: &Path,
     build: E2eBuild,
@@ -450,9 +483,10 @@ fn cmd_e2e(
     n_predict: usize,
     ppl_chunks: usize,
     ubatch: &[usize],
-    no_bench: bool,
+    bench: Option<BenchPlan>,
     lib: Option<PathBuf>,
 ) -> Result<ExitCode> {
+    let no_bench = bench.is_none();
     use ggml_lowbit::ab::e2e::{self, Preload, ToolRun};
     let variants = build.variants(e2e::check_model(model)?)?;
     let model = std::fs::canonicalize(model).map_err(|e| format!("{}: {e}", model.display()))?;
@@ -587,15 +621,32 @@ fn cmd_e2e(
                 result: verdict(same, "identical per-chunk values"),
             });
         }
-        if !no_bench && dir.join("llama-bench").is_file() {
-            let args = e2e::bench_args(&model, threads);
-            let runs = four("llama-bench", &args)?;
-            let rates: Vec<Option<(f64, f64)>> = runs
-                .iter()
-                .map(|r| r.as_ref().map(e2e::bench_rates).transpose())
-                .collect::<Result<_>>()?;
+        if let Some(plan) = bench.filter(|_| dir.join("llama-bench").is_file()) {
+            let args = e2e::bench_args(&model, threads, plan.pp, plan.tg);
+            // Every column once per round, in turn; each column's median round (by each rate alone).
+            let mut rounds: Vec<Vec<Option<(f64, f64)>>> = Vec::new();
+            for _ in 0..plan.rounds {
+                let runs = four("llama-bench", &args)?;
+                rounds.push(
+                    runs.iter()
+                        .map(|r| r.as_ref().map(e2e::bench_rates).transpose())
+                        .collect::<Result<_>>()?,
+                );
+            }
+            let median = |column: usize, generation: bool| -> Option<f64> {
+                let mut v: Vec<f64> = rounds
+                    .iter()
+                    .filter_map(|r| r[column].map(|(p, g)| if generation { g } else { p }))
+                    .collect();
+                v.sort_by(f64::total_cmp);
+                (!v.is_empty()).then(|| v[v.len() / 2])
+            };
+            let rates: Vec<Option<(f64, f64)>> = (0..4)
+                .map(|c| Some((median(c, false)?, median(c, true)?)))
+                .collect();
             let (sp, sg) = rates[0].expect("ran");
-            for (test, generation, stock) in [("pp16", false, sp), ("tg4", true, sg)] {
+            let (pp_test, tg_test) = (format!("pp{}", plan.pp), format!("tg{}", plan.tg));
+            for (test, generation, stock) in [(&pp_test, false, sp), (&tg_test, true, sg)] {
                 let cell = |i: usize| match rates[i] {
                     Some((p, g)) => {
                         let v = if generation { g } else { p };
@@ -605,7 +656,10 @@ fn cmd_e2e(
                 };
                 lines.push(E2eLine {
                     build: b.clone(),
-                    check: format!("llama-bench {test}, {threads} thread(s)"),
+                    check: format!(
+                        "llama-bench {test}, {threads} thread(s), median of {} round(s)",
+                        plan.rounds
+                    ),
                     stock: format!("{stock:.2} tok/s"),
                     vec_dot: cell(1),
                     hook: cell(2),
@@ -625,7 +679,11 @@ fn cmd_e2e(
         let bytes = std::fs::metadata(&model).map(|m| m.len()).unwrap_or(0) as f64;
         let ceiling = bw * 1e9 / bytes;
         let share = |tg: Option<f64>| match tg {
-            Some(t) => format!("tg4 at {:.0} % of it", 100.0 * t / ceiling),
+            Some(t) => format!(
+                "tg{} at {:.0} % of it",
+                bench.map_or(0, |b| b.tg),
+                100.0 * t / ceiling
+            ),
             None => "-".into(),
         };
         lines.push(E2eLine {
