@@ -4,7 +4,7 @@
 #   scripts/prebuilt-ggml.sh NAME
 #
 # NAME: node-llama-cpp-3.21.1, node-llama-cpp-3.22.1, node-llama-cpp-app-3.22.1, libggml-python-0.20.2, llama-cpp-py-sync-0.11739,
-# debian-libggml0-0.27.0, debian-libggml1-1.0.0 or debian-llama.cpp-0.7.0.
+# debian-libggml0-0.27.0, debian-libggml1-1.1.1 or debian-llama.cpp-0.7.0.
 #
 # node-llama-cpp-3.22.1 is the CPU package of node-llama-cpp 3.22.1 (`npm pack @node-llama-cpp/linux-x64@3.22.1`:
 # ggml 0.25.1, its CPU backend in 14 variants beside libggml-base.so in bins/linux-x64/; glibc 2.34 suffices);
@@ -22,7 +22,7 @@
 # backend in 14 variants, dlopened from ggml/backends0/), with trixie's libc6, libstdc++6, libgcc-s1 and libgomp1:
 # it needs glibc 2.38, newer than this machine's, so its programs run through trixie's loader,
 #   ROOT/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path ROOT/usr/lib/x86_64-linux-gnu:... PROGRAM
-# debian-libggml1-1.0.0 is the same for Debian's libggml1 1.0.0-1~bpo13+1 (ggml 1.0.0, soname .so.1, the CPU
+# debian-libggml1-1.1.1 is the same for Debian's libggml1 1.1.1-3~bpo13+1 (ggml 1.1.1, soname .so.1, the CPU
 # variants under ggml/backends1/).
 # debian-llama.cpp-0.7.0 is Debian's llama.cpp 1:0.7.0+dfsg-2 (unstable: llama.cpp-tools and llama.cpp-tools-extra,
 # i.e. llama-completion, llama-perplexity, llama-bench, llama-server, … over libllama0 and libggml0 0.27.0-1),
@@ -43,8 +43,8 @@ name=${1:-}
 case "$name" in
   debian-libggml0-0.27.0)
     packages=(libggml0=0.27.0-1~bpo13+1 libc6 libstdc++6 libgcc-s1 libgomp1) ;;
-  debian-libggml1-1.0.0)
-    packages=(libggml1=1.0.0-1~bpo13+1 libc6 libstdc++6 libgcc-s1 libgomp1) ;;
+  debian-libggml1-1.1.1)
+    packages=(libggml1=1.1.1-3~bpo13+1 libc6 libstdc++6 libgcc-s1 libgomp1) ;;
   debian-llama.cpp-0.7.0)
     suite=sid
     packages=(llama.cpp-tools=1:0.7.0+dfsg-2 llama.cpp-tools-extra=1:0.7.0+dfsg-2 libllama0=1:0.7.0+dfsg-2
@@ -61,7 +61,7 @@ case "$name" in
     wheel_check=llama_cpp_py_sync/libggml-cpu.so.0
     wheel_deps=(cffi numpy)
     packages=(libc6 libstdc++6 libgcc-s1 libgomp1) ;;
-  *) die "usage: scripts/prebuilt-ggml.sh node-llama-cpp-3.21.1|node-llama-cpp-3.22.1|node-llama-cpp-app-3.22.1|libggml-python-0.20.2|llama-cpp-py-sync-0.11739|debian-libggml0-0.27.0|debian-libggml1-1.0.0|debian-llama.cpp-0.7.0" ;;
+  *) die "usage: scripts/prebuilt-ggml.sh node-llama-cpp-3.21.1|node-llama-cpp-3.22.1|node-llama-cpp-app-3.22.1|libggml-python-0.20.2|llama-cpp-py-sync-0.11739|debian-libggml0-0.27.0|debian-libggml1-1.1.1|debian-llama.cpp-0.7.0" ;;
 esac
 
 root_dir=${GGML_LOWBIT_CACHE_DIR:-$HOME/.cache/ggml-lowbit}/prebuilt

@@ -240,11 +240,12 @@ type VersionFn = unsafe extern "C" fn() -> *const c_char;
 type BufferIsHostFn = unsafe extern "C" fn(*mut c_void) -> bool;
 type TypeNameFn = unsafe extern "C" fn(c_int) -> *const c_char;
 
-/// The oldest ggml whose `ggml_compute_params` ends with `use_ref` (0.9.7) and the newest major.minor whose
-/// structs the mirrors were checked against (1.0): `ggml_tensor` is the same from 0.9.4 to 1.0.0, and
-/// `ggml_compute_params` has only grown `use_ref` since `ggml_cpu_extra_compute_forward` appeared.
+/// The oldest ggml whose `ggml_compute_params` ends with `use_ref` (0.9.7) and the newest major.minor the hook
+/// has run over (1.1): the mirrors were checked against the sources up to 1.0.0 (`ggml_tensor` the same from
+/// 0.9.4, `ggml_compute_params` grown only by `use_ref`), and Debian's libggml1 1.1.1 passes the layout
+/// self-test with every product bit for bit (`tests/prebuilt.rs`).
 const OLDEST_VERSION: (u32, u32, u32) = (0, 9, 7);
-const NEWEST_MAJOR_MINOR: (u32, u32) = (1, 0);
+const NEWEST_MAJOR_MINOR: (u32, u32) = (1, 1);
 /// The ggml whose `ggml_compute_forward_mul_mat_id_tiled` signature the expert entry mirrors (the pinned tree's).
 const EXPERT_ENTRY_VERSION: &str = "0.25.3";
 

@@ -1,5 +1,5 @@
 //! The library preloaded over prebuilt ggml builds from the package registries, as their users get them
-//! (`scripts/prebuilt-ggml.sh`): Debian's libggml0 0.27.0 and libggml1 1.0.0 and llama-cpp-py-sync 0.11739
+//! (`scripts/prebuilt-ggml.sh`): Debian's libggml0 0.27.0 and libggml1 1.1.1 and llama-cpp-py-sync 0.11739
 //! (ggml 0.27.0), whose Q2_0 has a kernel of its own in another order and whose programs need glibc 2.38 (so the
 //! host runs through trixie's loader from the same fetch), node-llama-cpp 3.21.1's and 3.22.1's CPU binaries
 //! (ggml 0.23.0 and 0.25.1, 14 variants each) and libggml-python 0.20.2 (one CPU backend linked for AVX2, its
@@ -46,7 +46,7 @@ struct Variant {
     served: usize,
 }
 
-/// The variants of Debian's libggml0 0.27.0 and libggml1 1.0.0, which agree: ggml's own AVX2 Q2_0 kernel in
+/// The variants of Debian's libggml0 0.27.0 and libggml1 1.1.1, which agree: ggml's own AVX2 Q2_0 kernel in
 /// haswell and the later variants.
 const DEBIAN_VARIANTS: &[Variant] = &[
     // ggml's own AVX2 Q2_0 kernel, served in its own order.
@@ -122,7 +122,7 @@ const PREBUILT: [Prebuilt; 6] = [
         variants: DEBIAN_VARIANTS,
     },
     Prebuilt {
-        name: "debian-libggml1-1.0.0",
+        name: "debian-libggml1-1.1.1",
         variants: DEBIAN_VARIANTS,
     },
     Prebuilt {
@@ -486,7 +486,7 @@ fn the_prebuilt_comparison_catches_a_forced_wrong_order() {
 const CHILD_MODULE: &str = "GGML_LOWBIT_TEST_PREBUILT_MODULE";
 
 /// `vec_dot_q2_0_q8_0_avx2_model` against the real kernel it models, ggml's own AVX2 Q2_0 in Debian's libggml0
-/// 0.27.0 and libggml1 1.0.0 — the haswell variant (AVX2 code, also alderlake's) and the skylakex and zen4
+/// 0.27.0 and libggml1 1.1.1 — the haswell variant (AVX2 code, also alderlake's) and the skylakex and zen4
 /// variants (the same source compiled with AVX-512 enabled: other registers, the same operand roles) where
 /// this CPU runs them: this test binary runs itself through trixie's loader (the libraries need glibc 2.38)
 /// with only `q2_0_avx2_model_child`, which loads the module and compares 200,000 random and adversarial rows
@@ -762,12 +762,12 @@ fn node_llama_cpp_itself_keeps_its_probabilities_and_text_with_the_library() {
 /// `ggml-lowbit-ab bits --prebuilt`: the rlib's tables for what the library's probe finds in each build (float
 /// order, Q2_0's kernel, how the q8_0 quantizer narrows a NaN scale) against the build's own symbols, at every
 /// instruction set here, in the variant a release picks on this CPU: 200,000 random and adversarial cases per
-/// symbol against ggml ≥ 0.27.0 (Debian's 0.27.0 and 1.0.0), 20,000 against the others. 0 mismatches.
+/// symbol against ggml ≥ 0.27.0 (Debian's 0.27.0 and 1.1.1), 20,000 against the others. 0 mismatches.
 #[test]
 fn bits_against_each_prebuilt_build_as_the_probe_finds_it() {
     for (build, cases) in [
         ("debian-libggml0-0.27.0", "200000"),
-        ("debian-libggml1-1.0.0", "200000"),
+        ("debian-libggml1-1.1.1", "200000"),
         ("llama-cpp-py-sync-0.11739", "20000"),
         ("node-llama-cpp-3.22.1", "20000"),
         ("node-llama-cpp-3.21.1", "20000"),

@@ -49,8 +49,8 @@ pub const PINNED_GGML: [PrebuiltGgml; 2] = [
 /// Every prebuilt ggml the project checks, oldest ggml last.
 pub const PREBUILT_GGML: [PrebuiltGgml; 6] = [
     PrebuiltGgml {
-        name: "debian-libggml1-1.0.0",
-        ggml: "1.0.0",
+        name: "debian-libggml1-1.1.1",
+        ggml: "1.1.1",
         lib_dir: "usr/lib/x86_64-linux-gnu",
         base: "usr/lib/x86_64-linux-gnu/libggml-base.so.1",
         module: "usr/lib/x86_64-linux-gnu/ggml/backends1/libggml-cpu-{}.so",

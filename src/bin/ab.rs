@@ -218,7 +218,7 @@ enum Command {
     /// bit, then a Bonsai-1.7B-shaped Q2_0 product timed both ways, interleaved (`tests/c/graph_host.c`). Each
     /// build runs the CPU variant its users get here. Exits 1 on any differing product.
     Graph {
-        /// A build of `scripts/prebuilt-ggml.sh` (debian-libggml1-1.0.0, debian-libggml0-0.27.0,
+        /// A build of `scripts/prebuilt-ggml.sh` (debian-libggml1-1.1.1, debian-libggml0-0.27.0,
         /// llama-cpp-py-sync-0.11739, node-llama-cpp-3.22.1, node-llama-cpp-3.21.1, libggml-python-0.20.2), the
         /// pinned tree's pinned-haswell or pinned-x64, or "all" (every one of them).
         #[arg(long, default_value = "all")]
