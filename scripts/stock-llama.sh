@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Build the pinned stock llama.cpp (vendor/llama.cpp of the PyPI sdist llama-cpp-python==0.3.36) into a cache.
 #
-#   scripts/stock-llama.sh haswell|x64|haswell-dl
+#   scripts/stock-llama.sh haswell|x64|haswell-dl|native
+#
+# native is built for this CPU (GGML_NATIVE=ON, -march=native): the strongest stock build a user can make here,
+# the reference for prefill speed. Its cache key holds this CPU's feature flags, and ccache stays off for it
+# (objects compiled for one CPU must not serve another).
 #
 # haswell-dl is the haswell build the way release binaries load ggml: GGML_BACKEND_DL=ON, the CPU backend a module
 # (libggml-cpu.so) that ggml dlopens at run time; it has the tools, not test-quantize-fns.
@@ -20,7 +24,15 @@ die() { echo "stock-llama.sh: $*" >&2; exit 2; }
 
 variant=${1:-}
 backend_dl=OFF
+native=OFF
+cpu_flags=
 case "$variant" in
+  native)
+    isa=()
+    native=ON
+    cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+    tools=ON
+    programs=(llama-bench llama-completion llama-perplexity) ;;
   haswell-dl)
     isa=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
          -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_SSE42=ON)
@@ -37,7 +49,7 @@ case "$variant" in
          -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_SSE42=OFF)
     tools=ON
     programs=(llama-completion llama-perplexity test-quantize-fns) ;;
-  *) die "usage: scripts/stock-llama.sh haswell|x64|haswell-dl" ;;
+  *) die "usage: scripts/stock-llama.sh haswell|x64|haswell-dl|native" ;;
 esac
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -47,13 +59,13 @@ SCRIPT_NAME=stock-llama.sh
 
 root=${GGML_LOWBIT_STOCK_DIR:-$LLAMA_CACHE_ROOT/stock-$VERSION}
 cmake_args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON
-  -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=$backend_dl -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF
+  -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=$backend_dl -DGGML_NATIVE=$native -DGGML_OPENMP=OFF
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
   -DLLAMA_BUILD_TESTS=$([ "$backend_dl" = ON ] && echo OFF || echo ON) -DLLAMA_BUILD_TOOLS=$tools
   "${isa[@]}")
 targets=(ggml-cpu ggml-base "${programs[@]}")
 # The build's key: what decides its output (the sdist is hash-checked, so its version stands for the source).
-key=$(printf '%s\n' "$VERSION" "${cmake_args[@]}" -- "${targets[@]}" | llama_cache_key)
+key=$(printf '%s\n' "$VERSION" "${cmake_args[@]}" -- "${targets[@]}" $cpu_flags | llama_cache_key)
 out="$root/$variant-$key"
 stamp="$out/.complete"
 complete() {
@@ -120,7 +132,11 @@ fi
 # The build folder sits beside src/ as every cached tree's does (<dir>/src/llama.cpp, <dir>/build-*), so
 # ccache's relative paths agree between trees.
 build="$root/build-$variant-$key"
-llama_cache_build "stock $variant" "$src" "$build" -- "${cmake_args[@]}" -- "${targets[@]}"
+if [ "$native" = ON ]; then
+  CCACHE_DISABLE=1 llama_cache_build "stock $variant" "$src" "$build" -- "${cmake_args[@]}" -- "${targets[@]}"
+else
+  llama_cache_build "stock $variant" "$src" "$build" -- "${cmake_args[@]}" -- "${targets[@]}"
+fi
 
 llama_cache_collect "$build" "$out" "${programs[@]}"
 echo "$out"

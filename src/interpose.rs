@@ -311,24 +311,47 @@ pub fn active() -> &'static Kernels {
     &config().kernels
 }
 
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
 /// The configuration every export uses, built on the first call.
 pub fn config() -> &'static Config {
-    static CONFIG: OnceLock<Config> = OnceLock::new();
-    CONFIG.get_or_init(|| {
+    CONFIG.get_or_init(|| configure(find_next()))
+}
+
+/// Builds the configuration in front of the stock symbols `next` instead of those behind this library: for the
+/// harness, which loads a stock ggml with libloading and times or checks this crate's exports the way the
+/// preloaded library serves over that build. Fails once the configuration exists.
+pub fn configure_in_front_of(next: Next) -> Result<&'static Config, String> {
+    let mut built = false;
+    let c = CONFIG.get_or_init(|| {
+        built = true;
+        configure(next)
+    });
+    if built {
+        Ok(c)
+    } else {
+        Err("the library's configuration was already built".into())
+    }
+}
+
+fn configure(next: Next) -> Config {
+    {
         let log = env_flag("GGML_LOWBIT_LOG").unwrap_or(false);
         let serve_all = env_flag("GGML_LOWBIT_SERVE_ALL").unwrap_or(false);
         let disable = env_flag("GGML_LOWBIT_DISABLE").unwrap_or(false);
         let verify = env_choice("GGML_LOWBIT_VERIFY", parse_verify, "0, 1, abort").flatten();
-        let isa = env_choice("GGML_LOWBIT_ISA", Isa::parse, "scalar, avx2, avx512").unwrap_or(Isa::Avx512);
+        let isa = env_choice("GGML_LOWBIT_ISA", Isa::parse, "scalar, avx2, avx512")
+            .unwrap_or(Isa::Avx512);
         let matched = env_choice("GGML_LOWBIT_MATCH", FloatOrder::parse, "haswell, x64");
-        let next = find_next();
         // Any stock vec_dot behind us (mainline's Q2_0 or the fork's PQ2_0 / PTQ1_0) makes verify, disable and
         // the probe possible.
         let have_stock = next.vec_dot_q2_0_q8_0.is_some()
             || next.vec_dot_pq2_0_q8_0.is_some()
             || next.vec_dot_ptq1_0_q8_0.is_some();
         let mut mode = match (disable, verify) {
-            (true, Some(_)) => crate::process::fatal("GGML_LOWBIT_DISABLE and GGML_LOWBIT_VERIFY exclude each other"),
+            (true, Some(_)) => crate::process::fatal(
+                "GGML_LOWBIT_DISABLE and GGML_LOWBIT_VERIFY exclude each other",
+            ),
             (true, None) => Mode::Disable,
             (false, Some(abort)) => Mode::Verify { abort },
             (false, None) => Mode::Serve,
@@ -397,7 +420,7 @@ pub fn config() -> &'static Config {
             next,
             kernels,
         }
-    })
+    }
 }
 
 /// A call counter split over cache-line-padded shards, one per thread (round robin), so that counting from
@@ -1134,12 +1157,13 @@ static QUANTIZE_Q8_K_AGREES: OnceLock<bool> = OnceLock::new();
 /// # Safety
 /// ggml's contract for `quantize_row_q8_0`.
 pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
+    let c = config();
     // SAFETY: passed on.
     unsafe {
         quantize_rows::<BlockQ8_0>(
             "quantize_row_q8_0",
-            config().next.quantize_row_q8_0,
-            false,
+            c.next.quantize_row_q8_0,
+            !c.kernels.serves_q8_0_quantizer_over_stock(),
             &QUANTIZE_Q8_0_AGREES,
             32,
             Kernels::quantize_row_q8_0,

@@ -18,6 +18,8 @@ pub const GGML_TYPE_Q2_0: u32 = 42;
 pub const GGML_TYPE_TQ2_0: u32 = 35;
 pub const GGML_TYPE_TQ1_0: u32 = 34;
 pub const GGML_TYPE_IQ2_XXS: u32 = 16;
+/// Not served by the library: the 4-bit format a user would otherwise pick, written as a reference for speed.
+pub const GGML_TYPE_Q4_0: u32 = 2;
 pub const GGML_TYPE_IQ2_XS: u32 = 17;
 pub const GGML_TYPE_IQ3_XXS: u32 = 18;
 pub const GGML_TYPE_IQ3_S: u32 = 21;
@@ -137,10 +139,13 @@ pub enum WeightType {
     Pq2_0,
     /// PrismML fork, type 143: loads only in the fork's llama.cpp.
     Ptq1_0,
+    /// 4.5 bits, 32 weights per block: not served by the library; the reference a user would otherwise pick
+    /// (stock's repacked GEMM paths), for speed comparisons on the same shape.
+    Q4_0,
 }
 
 impl WeightType {
-    pub const ALL: [WeightType; 11] = [
+    pub const ALL: [WeightType; 12] = [
         WeightType::Q2_0,
         WeightType::Q1_0,
         WeightType::Tq2_0,
@@ -152,6 +157,7 @@ impl WeightType {
         WeightType::Iq3S,
         WeightType::Pq2_0,
         WeightType::Ptq1_0,
+        WeightType::Q4_0,
     ];
 
     pub fn name(self) -> &'static str {
@@ -167,6 +173,7 @@ impl WeightType {
             WeightType::Iq3S => "iq3_s",
             WeightType::Pq2_0 => "pq2_0",
             WeightType::Ptq1_0 => "ptq1_0",
+            WeightType::Q4_0 => "q4_0",
         }
     }
 
@@ -187,6 +194,7 @@ impl WeightType {
             WeightType::Iq3S => GGML_TYPE_IQ3_S,
             WeightType::Pq2_0 => GGML_TYPE_PQ2_0,
             WeightType::Ptq1_0 => GGML_TYPE_PTQ1_0,
+            WeightType::Q4_0 => GGML_TYPE_Q4_0,
         }
     }
 
@@ -204,6 +212,7 @@ impl WeightType {
             WeightType::Iq3S => (256, 110),
             WeightType::Pq2_0 => (128, 34),
             WeightType::Ptq1_0 => (128, 28),
+            WeightType::Q4_0 => (32, 18),
         }
     }
 
@@ -277,6 +286,16 @@ impl WeightType {
                             let source = crate::formats::tq1_0::element_source;
                             fill_trits(&mut blk[..52], 256, source, &mut rng);
                             blk[52..].copy_from_slice(&d);
+                        }
+                        WeightType::Q4_0 => {
+                            // Uniform nibbles, weight = d·(q − 8): d scaled down by the mean |q − 8| (4) to
+                            // keep the weights near `scale`.
+                            let d = half::f16::from_f32(scale * jitter / 4.0).to_bits();
+                            blk[..2].copy_from_slice(&d.to_le_bytes());
+                            for chunk in blk[2..].chunks_mut(8) {
+                                let bits = rng().to_le_bytes();
+                                chunk.copy_from_slice(&bits[..chunk.len()]);
+                            }
                         }
                         WeightType::Ptq1_0 => {
                             blk[26..].copy_from_slice(&d);

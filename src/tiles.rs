@@ -17,7 +17,7 @@
 //! preloaded `mul_mat` hook (`hook.rs`) and the patched build.
 
 use crate::formats::q1_0::{self, BlockQ1_0};
-use crate::formats::q2_0::{vec_dot_q2_0_q8_0_from, BlockQ2_0};
+use crate::formats::q2_0::BlockQ2_0;
 use crate::formats::q8_0::BlockQ8_0;
 use crate::formats::q8_k::BlockQ8K;
 
@@ -159,6 +159,11 @@ pub(crate) type TileRows<const R: usize> = unsafe fn([*const u8; R], &[Q2ColumnB
 /// An instruction set's row kernel against two columns at once (sharing each row's code decode), if it has one.
 pub(crate) type TileRows2 = unsafe fn([*const u8; 4], [&[Q2ColumnBatch]; 2]) -> [[f32; 4]; 2];
 
+/// An instruction set's scalar chain for a row's blocks past its last full batch (`vec_dot_*_from`), compiled
+/// with that instruction set's features: outside them a contracted step is a call to libm's `fmaf`, which made
+/// rows shorter than a batch (small models, tails) several times slower than the per-call kernel.
+pub(crate) type TailChain<B> = unsafe fn(f32, &[B], &[BlockQ8_0]) -> f32;
+
 /// Rows per tile step: enough independent chains to hide the 4-cycle FMA latency.
 const TILE_ROWS: usize = 4;
 /// Prepared columns kept at once: about 512 KiB of them, so they stay in L2 while the rows pass.
@@ -174,7 +179,9 @@ const PREPARED_BYTES: usize = 512 << 10;
 /// columns are innermost, so a step's rows stay in L1 across them.
 ///
 /// # Safety
-/// `prepare`, `rows4`, `rows1` and `rows4x2` must be safe to call on this CPU; `y.nb() >= 2 * x.nb()`.
+/// `prepare`, `rows4`, `rows1`, `rows4x2` and `tail` must be safe to call on this CPU; `tail` must be
+/// `vec_dot_q2_0_q8_0_from::<FMA>`; `y.nb() >= 2 * x.nb()`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
     x: Rows<'_, BlockQ2_0>,
     y: Rows<'_, BlockQ8_0>,
@@ -183,6 +190,7 @@ pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
     rows4: TileRows<TILE_ROWS>,
     rows1: TileRows<1>,
     rows4x2: Option<TileRows2>,
+    tail: TailChain<BlockQ2_0>,
 ) {
     thread_local! {
         static PREPARED: std::cell::RefCell<Vec<Vec<Q2ColumnBatch>>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -193,11 +201,10 @@ pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
     let chunk = (PREPARED_BYTES / batch_bytes).max(1);
     let finish = |emit: &mut dyn FnMut(usize, usize, f32), r: usize, c: usize, sumf: f32| {
         let (row, col) = (x.row(r), y.row(c));
-        emit(
-            r,
-            c,
-            vec_dot_q2_0_q8_0_from::<FMA>(sumf, &row[done..], &col[2 * done..2 * nb]),
-        );
+        // SAFETY: the caller vouches for the CPU.
+        emit(r, c, unsafe {
+            tail(sumf, &row[done..], &col[2 * done..2 * nb])
+        });
     };
     PREPARED.with_borrow_mut(|prepared| {
         let prepare = |c: usize, out: &mut Vec<Q2ColumnBatch>| {
@@ -689,7 +696,7 @@ pub(crate) type ForkTileRows<const R: usize, const C: usize> =
 /// element has the bits of that format's `vec_dot` in the same float order.
 ///
 /// # Safety
-/// `rows4`, `rows1` and `rows4x2` must be safe to call on this CPU and read blocks of `B`;
+/// `rows4`, `rows1`, `rows4x2` and `finish` must be safe to call on this CPU, the kernels reading blocks of `B`;
 /// `y.nb() >= 4 * x.nb()`.
 pub(crate) unsafe fn mul_mat_fork_tiles<B>(
     x: Rows<'_, B>,
@@ -698,7 +705,7 @@ pub(crate) unsafe fn mul_mat_fork_tiles<B>(
     rows4: ForkTileRows<TILE_ROWS, 1>,
     rows1: ForkTileRows<1, 1>,
     rows4x2: ForkTileRows<TILE_ROWS, 2>,
-    finish: fn(f32, &[B], &[BlockQ8_0]) -> f32,
+    finish: TailChain<B>,
 ) {
     thread_local! {
         static PREPARED: std::cell::RefCell<Vec<Vec<ForkColumnBatch>>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -709,7 +716,10 @@ pub(crate) unsafe fn mul_mat_fork_tiles<B>(
     let chunk = (PREPARED_BYTES / batch_bytes).max(1);
     let finish = |emit: &mut dyn FnMut(usize, usize, f32), r: usize, c: usize, sumf: f32| {
         let (row, col) = (x.row(r), y.row(c));
-        emit(r, c, finish(sumf, &row[done..], &col[4 * done..4 * nb]));
+        // SAFETY: the caller vouches for the CPU.
+        emit(r, c, unsafe {
+            finish(sumf, &row[done..], &col[4 * done..4 * nb])
+        });
     };
     PREPARED.with_borrow_mut(|prepared| {
         let prepare = |c: usize, out: &mut Vec<ForkColumnBatch>| {

@@ -354,6 +354,81 @@ fn tiny_moe_model_gives_identical_text_and_perplexity_on_every_build() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `e2e --reference`: a tiny Q4_0 model (the format a user would otherwise pick; the library does not serve it)
+/// benchmarked on the same stock build in each llama-bench round, and the model's columns given as multiples of
+/// it, for the prompt and the generation test. Rates are not asserted (speed lives in the report), only that
+/// each reference row carries a rate and a multiple for every column that ran. A reference that is not a GGUF
+/// model, or one without llama-bench to compare it, is refused with one line and exit code 2.
+#[test]
+fn reference_models_are_benchmarked_beside_the_model() {
+    let dir = scratch("reference");
+    let model = tiny_model(&dir, "3");
+    let reference = dir.join("tiny-q4_0.gguf");
+    let out = harness(&[
+        "model",
+        "--preset",
+        "tiny",
+        "--type",
+        "q4_0",
+        "--out",
+        reference.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let out = harness(&[
+        "e2e",
+        "--model",
+        model.to_str().unwrap(),
+        "--build",
+        "haswell",
+        "--threads",
+        "1",
+        "--n-predict",
+        "4",
+        "--ppl-chunks",
+        "0",
+        "--pp",
+        "32",
+        "--tg",
+        "4",
+        "--bench-rounds",
+        "1",
+        "--reference",
+        reference.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for test in ["pp32", "tg4"] {
+        let row = text
+            .lines()
+            .find(|l| {
+                l.contains(&format!(
+                    "llama-bench {test}, reference tiny-q4_0.gguf (Q4_0)"
+                ))
+            })
+            .unwrap_or_else(|| panic!("no {test} reference row in {text}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        // | build | check | stock | vec_dot | hook | patched | result |
+        assert!(
+            cells[3].contains(" tok/s (the model: ") && cells[3].ends_with("x it)"),
+            "{row}"
+        );
+        for cell in &cells[4..7] {
+            assert!(cell.ends_with("x it"), "{row}");
+        }
+    }
+    let not_gguf = dir.join("not-a-model.gguf");
+    std::fs::write(&not_gguf, b"plain text").unwrap();
+    let m = model.to_str().unwrap();
+    let r = not_gguf.to_str().unwrap();
+    expect_exit_2(&["e2e", "--model", m, "--reference", r], "not-a-model.gguf");
+    let q4 = reference.to_str().unwrap();
+    expect_exit_2(
+        &["e2e", "--model", m, "--no-bench", "--reference", q4],
+        "drop --no-bench",
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn model_generator_is_deterministic_and_follows_the_seed() {
     let dir = scratch("det");
@@ -417,7 +492,7 @@ fn bad_models_are_refused_with_one_line_and_exit_code_2() {
         "unknown preset",
     );
     expect_exit_2(
-        &["model", "--type", "q4_0", "--out", "/tmp/x.gguf"],
+        &["model", "--type", "q5_k", "--out", "/tmp/x.gguf"],
         "unsupported weight type",
     );
     // The fork's types: the pinned stock cannot load them, so e2e on a stock build says so (and names the

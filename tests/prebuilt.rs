@@ -798,6 +798,89 @@ fn bits_against_each_prebuilt_build_as_the_probe_finds_it() {
     }
 }
 
+/// `ggml-lowbit-ab speed --prebuilt`: this crate's exports configured in front of a prebuilt build's variant (as
+/// the preload serves there) timed against that build's own kernels on a small shape. Each row is bit-checked
+/// before it is timed, so a run that finishes compared every output; the report names the build and variant,
+/// and says per symbol whether the library serves it: over ggml 0.27.0 Q2_0 (rows and whole products) and the
+/// q8_0 quantizer go to stock's own faster kernels; over node-llama-cpp 3.22.1 (ggml 0.25.1) Q2_0 is served.
+/// Fork formats, which no prebuilt build has, get a clear error.
+#[test]
+fn speed_against_a_prebuilt_build_names_it_and_what_the_library_serves() {
+    if !runs_here("haswell") {
+        println!("SKIPPED: the builds' haswell variants need AVX2, FMA and F16C");
+        return;
+    }
+    let ab = env!("CARGO_BIN_EXE_ggml-lowbit-ab");
+    for (build, q2_0_served) in [
+        ("debian-libggml0-0.27.0", false),
+        ("node-llama-cpp-3.22.1", true),
+    ] {
+        let out_dir =
+            std::env::temp_dir().join(format!("lowbit-speed-{build}-{}", std::process::id()));
+        let out = Command::new(ab)
+            .args([
+                "speed",
+                "--prebuilt",
+                build,
+                "--shapes",
+                "256x4096",
+                "--reps",
+                "1",
+            ])
+            .args(["--threads", "1", "--out"])
+            .arg(&out_dir)
+            .env_remove("LD_PRELOAD")
+            .output()
+            .expect("run the harness");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{build}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out_dir.join("speed.json")).expect("speed.json"),
+        )
+        .expect("speed.json parses");
+        assert_eq!(report["stock_build"], format!("{build} haswell"), "{text}");
+        let rows = report["rows"].as_array().expect("rows");
+        let served = |symbol: &str| {
+            let of: Vec<&serde_json::Value> =
+                rows.iter().filter(|r| r["symbol"] == symbol).collect();
+            assert!(!of.is_empty(), "{build}: no {symbol} row");
+            of[0]["served"].as_bool().expect("served")
+        };
+        assert_eq!(served("ggml_vec_dot_q2_0_q8_0"), q2_0_served, "{build}");
+        assert_eq!(
+            served("ggml_lowbit_mul_mat_q2_0_q8_0"),
+            q2_0_served,
+            "{build}"
+        );
+        assert_eq!(served("quantize_row_q8_0"), q2_0_served, "{build}");
+        assert!(served("quantize_row_q8_K"), "{build}");
+        assert!(rows.len() >= 15, "{build}: {} rows", rows.len());
+        let _ = std::fs::remove_dir_all(&out_dir);
+    }
+    let out = Command::new(ab)
+        .args([
+            "speed",
+            "--prebuilt",
+            "debian-libggml0-0.27.0",
+            "--symbol",
+            "ggml_vec_dot_pq2_0_q8_0",
+        ])
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run the harness");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the prebuilt builds have no fork formats"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 /// llama-cpp-py-sync 0.11739 (upstream b11739, ggml 0.27.0) through its own Python API, as its users call it
 /// (`tests/py/py_sync_check.py`: `Llama`, a greedy completion, the last logits hashed as bit patterns), this
 /// machine's python3 started through trixie's loader (the wheel needs glibc 2.38), on tiny Q2_0, Q1_0, TQ2_0 and

@@ -264,6 +264,43 @@ impl CSymbols {
         }
     }
 
+    /// This crate's own exports (`crate::ffi`), served by this process's configuration
+    /// (`interpose::configure_in_front_of` puts it in front of a stock library loaded here).
+    pub fn from_rlib() -> CSymbols {
+        use crate::ffi as f;
+        CSymbols {
+            vec_dot_q2_0_q8_0: f::ggml_vec_dot_q2_0_q8_0,
+            quantize_row_q8_0: f::quantize_row_q8_0,
+            dequantize_row_q2_0: f::dequantize_row_q2_0,
+            mul_mat_q2_0_q8_0: Some(f::ggml_lowbit_mul_mat_q2_0_q8_0),
+            vec_dot_q1_0_q8_0: f::ggml_vec_dot_q1_0_q8_0,
+            dequantize_row_q1_0: f::dequantize_row_q1_0,
+            mul_mat_q1_0_q8_0: Some(f::ggml_lowbit_mul_mat_q1_0_q8_0),
+            vec_dot_tq2_0_q8_k: f::ggml_vec_dot_tq2_0_q8_K,
+            dequantize_row_tq2_0: f::dequantize_row_tq2_0,
+            mul_mat_tq2_0_q8_k: Some(f::ggml_lowbit_mul_mat_tq2_0_q8_K),
+            mul_mat_tq1_0_q8_k: Some(f::ggml_lowbit_mul_mat_tq1_0_q8_K),
+            vec_dot_tq1_0_q8_k: f::ggml_vec_dot_tq1_0_q8_K,
+            dequantize_row_tq1_0: f::dequantize_row_tq1_0,
+            // The order of `interpose::IQ_SYMBOLS`.
+            vec_dot_iq: [
+                f::ggml_vec_dot_iq2_xxs_q8_K,
+                f::ggml_vec_dot_iq2_xs_q8_K,
+                f::ggml_vec_dot_iq2_s_q8_K,
+                f::ggml_vec_dot_iq3_xxs_q8_K,
+                f::ggml_vec_dot_iq3_s_q8_K,
+            ],
+            dequantize_row_iq: [
+                f::dequantize_row_iq2_xxs,
+                f::dequantize_row_iq2_xs,
+                f::dequantize_row_iq2_s,
+                f::dequantize_row_iq3_xxs,
+                f::dequantize_row_iq3_s,
+            ],
+            quantize_row_q8_k: f::quantize_row_q8_K,
+        }
+    }
+
     /// The vec_dot and dequantize entries of a q8_K format.
     pub fn k_format(&self, f: KFormat) -> (VecDotFn, DequantizeRowFn) {
         match f {

@@ -294,6 +294,35 @@ pub fn perplexity_values(run: &ToolRun) -> (Vec<String>, Option<String>) {
 }
 
 /// llama-bench's arguments: `pp` prompt tokens and `tg` generated ones, 3 repetitions, JSON out.
+/// A reference model's name in the report: its file name and weight type (the type most of its matrices have),
+/// e.g. `bonsai-1.7b-q4_0.gguf (Q4_0)`. Fails when the file is not a GGUF model.
+pub fn reference_label(path: &Path) -> Result<String, String> {
+    let types = crate::gguf::tensor_types(path)?;
+    let mut counts: Vec<(u32, usize)> = Vec::new();
+    for (name, ty) in &types {
+        if name.ends_with("norm.weight") {
+            continue;
+        }
+        match counts.iter_mut().find(|(t, _)| t == ty) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((*ty, 1)),
+        }
+    }
+    let ty = counts
+        .iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(t, _)| *t)
+        .ok_or_else(|| format!("{}: no weight matrices", path.display()))?;
+    let type_name = crate::model::WeightType::ALL
+        .into_iter()
+        .find(|w| w.ggml_type() == ty)
+        .map_or_else(|| format!("ggml type {ty}"), |w| w.name().to_uppercase());
+    let file = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    Ok(format!("{file} ({type_name})"))
+}
+
 pub fn bench_args(model: &Path, threads: usize, pp: usize, tg: usize) -> Vec<String> {
     let m = model.display().to_string();
     [

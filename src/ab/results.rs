@@ -220,6 +220,7 @@ mod tests {
             stock_median_ms: ratio,
             ratio,
             baseline: "haswell".into(),
+            served: None,
         }
     }
 

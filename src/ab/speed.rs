@@ -39,6 +39,10 @@ pub struct SpeedRow {
     pub ratio: f64,
     /// What "stock" is for this row: the stock build, or for the fork's formats the fork's generic C.
     pub baseline: String,
+    /// Whether the library serves this symbol over that build with the kernel timed here (`false`: its
+    /// dispatcher passes it to the stock kernel, which is at least as fast on this CPU). Absent in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served: Option<bool>,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -408,6 +412,7 @@ impl SpeedRow {
             stock_median_ms: stock_ms,
             ratio: stock_ms / ours_ms,
             baseline: String::new(),
+            served: None,
         }
     }
 }
@@ -535,6 +540,7 @@ mod summary_tests {
             stock_median_ms: ratio,
             ratio,
             baseline: "stock".into(),
+            served: None,
         }
     }
 

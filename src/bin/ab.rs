@@ -68,6 +68,9 @@ enum E2eBuild {
     DebianLlamaCpp,
     /// The matrix: the pinned tree's haswell, DL and x64 builds, then Debian's llama.cpp 0.7.0.
     Matrix,
+    /// The pinned tree built for this CPU (`GGML_NATIVE=ON`): the strongest stock build a user can make here,
+    /// compiled on first use (minutes), the yardstick for `--reference` models.
+    Native,
 }
 
 impl E2eBuild {
@@ -89,6 +92,7 @@ impl E2eBuild {
             E2eBuild::Haswell => vec!["haswell"],
             E2eBuild::X64 => vec!["x64"],
             E2eBuild::HaswellDl => vec!["haswell-dl"],
+            E2eBuild::Native => vec!["native"],
             E2eBuild::DebianLlamaCpp => vec![ggml_lowbit::ab::e2e::DEBIAN_TOOLS],
             E2eBuild::Matrix => vec![
                 "haswell",
@@ -162,14 +166,23 @@ enum Command {
         /// Report folder.
         #[arg(long, default_value = "target/ab")]
         out: PathBuf,
+        /// A prebuilt ggml as the stock side instead of the pinned build (a name of `ggml-lowbit-ab graph`, e.g.
+        /// debian-libggml0-0.27.0): its own kernels against this crate's exports configured by the library's
+        /// probe of that build, as the preload serves over it (the fork's formats are not in these builds).
+        #[arg(long, conflicts_with_all = ["build", "lib"])]
+        prebuilt: Option<String>,
+        /// The prebuilt build's CPU variant (default: the one its users get on this CPU).
+        #[arg(long, requires = "prebuilt")]
+        variant: Option<String>,
     },
     /// Writes a synthetic llama-architecture GGUF model with random low-bit weights shaped like a real one.
     Model {
         /// tiny, tiny-moe, bonsai-1.7b, bonsai-8b or bonsai2-27b.
         #[arg(long, default_value = "tiny")]
         preset: String,
-        /// Weight type: q2_0, q1_0, tq2_0, tq1_0, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, or the PrismML fork's
-        /// pq2_0 (142) / ptq1_0 (143), which only the fork loads.
+        /// Weight type: q2_0, q1_0, tq2_0, tq1_0, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, the PrismML fork's
+        /// pq2_0 (142) / ptq1_0 (143), which only the fork loads, or q4_0, which the library does not serve (the
+        /// reference of `e2e --reference`).
         #[arg(long = "type", default_value = "q2_0")]
         wtype: String,
         #[arg(long, default_value_t = 1)]
@@ -210,6 +223,11 @@ enum Command {
         /// llama-bench's own 3 repetitions, and each column reports its median round.
         #[arg(long, default_value_t = 3, value_parser = at_least_one())]
         bench_rounds: usize,
+        /// Reference models (comma-separated GGUF files, e.g. `model --type q4_0` of the same preset): what a
+        /// user would otherwise run. Each is benchmarked on the same stock build in every llama-bench round,
+        /// without the library, and the model's columns are given as multiples of it.
+        #[arg(long, value_delimiter = ',')]
+        reference: Vec<PathBuf>,
         #[arg(long)]
         lib: Option<PathBuf>,
     },
@@ -288,7 +306,15 @@ fn main() -> ExitCode {
             lib,
             symbol,
             out,
-        } => cmd_speed(&shapes, reps, &threads, build, lib, &symbol, &out),
+            prebuilt,
+            variant,
+        } => {
+            let stock = match &prebuilt {
+                Some(name) => SpeedStock::Prebuilt(name, variant.as_deref()),
+                None => SpeedStock::Pinned(build, lib),
+            };
+            cmd_speed(&shapes, reps, &threads, stock, &symbol, &out)
+        }
         Command::Config { lib } => cmd_config(lib),
         Command::Tables { write, files } => cmd_tables(write, &files),
         Command::Metal => cmd_metal(),
@@ -310,6 +336,7 @@ fn main() -> ExitCode {
             pp,
             tg,
             bench_rounds,
+            reference,
             lib,
         } => cmd_e2e(
             &model,
@@ -323,6 +350,7 @@ fn main() -> ExitCode {
                 tg,
                 rounds: bench_rounds,
             }),
+            &reference,
             lib,
         ),
         Command::Model {
@@ -484,12 +512,24 @@ fn cmd_e2e(
     ppl_chunks: usize,
     ubatch: &[usize],
     bench: Option<BenchPlan>,
+    references: &[PathBuf],
     lib: Option<PathBuf>,
 ) -> Result<ExitCode> {
     let no_bench = bench.is_none();
     use ggml_lowbit::ab::e2e::{self, Preload, ToolRun};
     let variants = build.variants(e2e::check_model(model)?)?;
     let model = std::fs::canonicalize(model).map_err(|e| format!("{}: {e}", model.display()))?;
+    if !references.is_empty() && no_bench {
+        return Err("--reference models are compared by llama-bench: drop --no-bench".into());
+    }
+    let references: Vec<(PathBuf, String)> = references
+        .iter()
+        .map(|r| {
+            let path = std::fs::canonicalize(r).map_err(|e| format!("{}: {e}", r.display()))?;
+            let label = e2e::reference_label(&path)?;
+            Ok((path, label))
+        })
+        .collect::<Result<_>>()?;
     let lib = default_lib(lib)?;
     {
         // SAFETY: loading our own library runs no initialisers with preconditions.
@@ -623,8 +663,10 @@ fn cmd_e2e(
         }
         if let Some(plan) = bench.filter(|_| dir.join("llama-bench").is_file()) {
             let args = e2e::bench_args(&model, threads, plan.pp, plan.tg);
-            // Every column once per round, in turn; each column's median round (by each rate alone).
+            // Every column once per round, in turn, then each reference on stock; each column's median round
+            // (by each rate alone).
             let mut rounds: Vec<Vec<Option<(f64, f64)>>> = Vec::new();
+            let mut reference_rounds: Vec<Vec<(f64, f64)>> = vec![Vec::new(); references.len()];
             for _ in 0..plan.rounds {
                 let runs = four("llama-bench", &args)?;
                 rounds.push(
@@ -632,6 +674,11 @@ fn cmd_e2e(
                         .map(|r| r.as_ref().map(e2e::bench_rates).transpose())
                         .collect::<Result<_>>()?,
                 );
+                for ((path, _), rates) in references.iter().zip(&mut reference_rounds) {
+                    let args = e2e::bench_args(path, threads, plan.pp, plan.tg);
+                    let run = e2e::run_tool(&dir, "llama-bench", &args, None, true)?;
+                    rates.push(e2e::bench_rates(&run)?);
+                }
             }
             let median = |column: usize, generation: bool| -> Option<f64> {
                 let mut v: Vec<f64> = rounds
@@ -666,6 +713,43 @@ fn cmd_e2e(
                     patched: cell(3),
                     result: "speed".into(),
                 });
+            }
+            for ((_, label), mut of_reference) in references.iter().zip(reference_rounds) {
+                let mut median_of = |generation: bool| {
+                    of_reference.sort_by(|a, b| {
+                        let pick = |r: &(f64, f64)| if generation { r.1 } else { r.0 };
+                        pick(a).total_cmp(&pick(b))
+                    });
+                    let r = of_reference[of_reference.len() / 2];
+                    if generation {
+                        r.1
+                    } else {
+                        r.0
+                    }
+                };
+                let (rp, rg) = (median_of(false), median_of(true));
+                for (test, generation, reference) in [(&pp_test, false, rp), (&tg_test, true, rg)] {
+                    let times = |i: usize| match rates[i] {
+                        Some((p, g)) => {
+                            let v = if generation { g } else { p };
+                            format!("{:.2}x it", v / reference)
+                        }
+                        None => none(),
+                    };
+                    lines.push(E2eLine {
+                        build: b.clone(),
+                        check: format!(
+                            "llama-bench {test}, reference {label} on this stock build, {threads} thread(s), \
+                             median of {} round(s)",
+                            plan.rounds
+                        ),
+                        stock: format!("{reference:.2} tok/s (the model: {})", times(0)),
+                        vec_dot: times(1),
+                        hook: times(2),
+                        patched: times(3),
+                        result: "speed against the reference".into(),
+                    });
+                }
             }
             tg_rates.get_or_insert((
                 rates[1].expect("ran").1,
@@ -946,7 +1030,6 @@ fn cmd_bits_prebuilt(
     via: Via,
     only: &[String],
 ) -> Result<ExitCode> {
-    use ggml_lowbit::ab::prebuilt::{runs_here, PrebuiltGgml};
     check_symbols(only, &bits::SYMBOLS)?;
     if via == Via::Cdylib {
         return Err(
@@ -955,47 +1038,14 @@ fn cmd_bits_prebuilt(
                 .into(),
         );
     }
-    let build = PrebuiltGgml::named(name)?;
-    let variant = variant.unwrap_or_else(|| build.variant_here());
-    if !build.has(variant) {
-        return Err(format!("{name} has no {variant} variant"));
-    }
-    if !runs_here(variant) {
-        return Err(format!("this CPU cannot run {name}'s {variant} variant"));
-    }
-    let root = build.fetch()?;
-    if build.own_loader && std::env::var_os(UNDER_LOADER).is_none() {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let status = build
-            .command(&root, &exe, None)
-            .args(std::env::args_os().skip(1))
-            .env(UNDER_LOADER, "1")
-            .status()
-            .map_err(|e| format!("cannot run {} through {name}'s loader: {e}", exe.display()))?;
-        return Ok(ExitCode::from(status.code().map_or(2, |c| c as u8)));
-    }
-    let mut stock = StockLib::open_files(
-        &format!("{name} {variant}"),
-        FloatOrder::Haswell,
-        &root.join(build.base),
-        &build.module_path(&root, variant),
-    )?;
-    let next = ggml_lowbit::interpose::Next::find_with(|n| stock.address(n));
-    let probed = ggml_lowbit::interpose::probe_stock(&next).map_err(|why| {
-        format!("the library would pass every call to stock over {name} {variant}: {why}")
-    })?;
-    stock.order = probed.order;
-    println!(
-        "{name} {variant}: float order {}, Q2_0 {:?}, q8_0 scales {:?}; passed to stock alone: {}",
-        probed.order.name(),
-        probed.q2_0_chain,
-        probed.q8_0_scale,
-        if probed.unmatched.is_empty() {
-            "none".to_string()
-        } else {
-            probed.unmatched.join(", ")
-        }
-    );
+    let PrebuiltStock {
+        stock,
+        probed,
+        label,
+    } = match open_prebuilt(name, variant)? {
+        Ok(opened) => opened,
+        Err(rerun) => return Ok(rerun),
+    };
     use ggml_lowbit::dispatch::{Isa, Kernels};
     let best = ggml_lowbit::dispatch::detected_isa();
     let subjects: Vec<Subject> = Isa::ALL
@@ -1004,7 +1054,7 @@ fn cmd_bits_prebuilt(
         .flat_map(|i| Kernels::every_variant(i, probed.order))
         .map(|k| Subject::Kernels(probed.apply(k)))
         .collect();
-    let bar = ProgressBar::new(cases).with_message(format!("bits vs {name} {variant}"));
+    let bar = ProgressBar::new(cases).with_message(format!("bits vs {label}"));
     bar.set_style(
         ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} cases ({eta})")
             .map_err(|e| e.to_string())?
@@ -1031,6 +1081,70 @@ fn cmd_bits_prebuilt(
         );
     }
     Ok(code)
+}
+
+/// A prebuilt build's CPU variant opened as the stock side, and what the library's probe finds in it.
+struct PrebuiltStock {
+    stock: StockLib,
+    probed: ggml_lowbit::interpose::ProbedStock,
+    /// "NAME VARIANT".
+    label: String,
+}
+
+/// Opens `name`'s `variant` (default: the one its users get on this CPU) and probes it as the library does,
+/// printing what the probe finds. A build that needs glibc 2.38 is opened by this command run again through
+/// the build's own loader: then `Err` holds that run's exit code.
+fn open_prebuilt(
+    name: &str,
+    variant: Option<&str>,
+) -> Result<std::result::Result<PrebuiltStock, ExitCode>> {
+    use ggml_lowbit::ab::prebuilt::{runs_here, PrebuiltGgml};
+    let build = PrebuiltGgml::named(name)?;
+    let variant = variant.unwrap_or_else(|| build.variant_here());
+    if !build.has(variant) {
+        return Err(format!("{name} has no {variant} variant"));
+    }
+    if !runs_here(variant) {
+        return Err(format!("this CPU cannot run {name}'s {variant} variant"));
+    }
+    let root = build.fetch()?;
+    if build.own_loader && std::env::var_os(UNDER_LOADER).is_none() {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let status = build
+            .command(&root, &exe, None)
+            .args(std::env::args_os().skip(1))
+            .env(UNDER_LOADER, "1")
+            .status()
+            .map_err(|e| format!("cannot run {} through {name}'s loader: {e}", exe.display()))?;
+        return Ok(Err(ExitCode::from(status.code().map_or(2, |c| c as u8))));
+    }
+    let label = format!("{name} {variant}");
+    let mut stock = StockLib::open_files(
+        &label,
+        FloatOrder::Haswell,
+        &root.join(build.base),
+        &build.module_path(&root, variant),
+    )?;
+    let next = ggml_lowbit::interpose::Next::find_with(|n| stock.address(n));
+    let probed = ggml_lowbit::interpose::probe_stock(&next)
+        .map_err(|why| format!("the library would pass every call to stock over {label}: {why}"))?;
+    stock.order = probed.order;
+    println!(
+        "{label}: float order {}, Q2_0 {:?}, q8_0 scales {:?}; passed to stock alone: {}",
+        probed.order.name(),
+        probed.q2_0_chain,
+        probed.q8_0_scale,
+        if probed.unmatched.is_empty() {
+            "none".to_string()
+        } else {
+            probed.unmatched.join(", ")
+        }
+    );
+    Ok(Ok(PrebuiltStock {
+        stock,
+        probed,
+        label,
+    }))
 }
 
 /// Prints `bits`' table, each mismatch and the totals; exit 1 on any mismatch.
@@ -1100,6 +1214,8 @@ struct SpeedLine {
     stock: String,
     #[tabled(rename = "baseline / ours")]
     ratio: String,
+    /// What the library does with the symbol over this build on this CPU.
+    library: String,
 }
 
 /// One vec_dot timed by `speed`: our export against a baseline, on `shapes` of `format` weights.
@@ -1121,12 +1237,41 @@ fn lookup_vec_dot(lib: &libloading::Library, symbol: &str) -> Result<VecDotFn> {
         .map_err(|e| format!("{symbol}: {e}"))
 }
 
+/// The stock side of `speed`.
+enum SpeedStock<'a> {
+    /// A pinned build, against the built library (`--lib`) loaded with libloading.
+    Pinned(Build, Option<PathBuf>),
+    /// A prebuilt build and CPU variant, against this crate's exports configured in front of it.
+    Prebuilt(&'a str, Option<&'a str>),
+}
+
+/// Whether the library serves `symbol` with its own kernel under `k` (the dispatcher's per-symbol choice),
+/// rather than passing it to a stock kernel that is at least as fast.
+fn served_by(k: &ggml_lowbit::dispatch::Kernels, symbol: &str) -> bool {
+    use ggml_lowbit::formats::{iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs};
+    match symbol {
+        "ggml_vec_dot_q2_0_q8_0" => k.serves_q2_0_rows_over_stock(),
+        "ggml_lowbit_mul_mat_q2_0_q8_0" => k.serves_q2_0_tiles_over_stock(),
+        "ggml_vec_dot_q1_0_q8_0" | "ggml_lowbit_mul_mat_q1_0_q8_0" => k.serves_q1_0_over_stock(),
+        "ggml_vec_dot_tq2_0_q8_K" => k.serves_tq2_0_over_stock(),
+        "ggml_lowbit_mul_mat_tq2_0_q8_K" => k.serves_tq2_0_tiles_over_stock(),
+        "ggml_vec_dot_tq1_0_q8_K" | "ggml_lowbit_mul_mat_tq1_0_q8_K" => k.serves_tq1_0_over_stock(),
+        "quantize_row_q8_K" => k.serves_q8_k_over_stock(),
+        "quantize_row_q8_0" => k.serves_q8_0_quantizer_over_stock(),
+        "ggml_vec_dot_iq2_xxs_q8_K" => k.serves_iq_over_stock::<iq2_xxs::BlockIQ2XXS>(),
+        "ggml_vec_dot_iq2_xs_q8_K" => k.serves_iq_over_stock::<iq2_xs::BlockIQ2XS>(),
+        "ggml_vec_dot_iq2_s_q8_K" => k.serves_iq_over_stock::<iq2_s::BlockIQ2S>(),
+        "ggml_vec_dot_iq3_xxs_q8_K" => k.serves_iq_over_stock::<iq3_xxs::BlockIQ3XXS>(),
+        "ggml_vec_dot_iq3_s_q8_K" => k.serves_iq_over_stock::<iq3_s::BlockIQ3S>(),
+        _ => true,
+    }
+}
+
 fn cmd_speed(
     shapes: &[String],
     reps: usize,
     threads: &[String],
-    build: Build,
-    lib: Option<PathBuf>,
+    stock_side: SpeedStock<'_>,
     only: &[String],
     out: &Path,
 ) -> Result<ExitCode> {
@@ -1158,7 +1303,12 @@ fn cmd_speed(
     ];
     let names: Vec<&str> = known.iter().map(|&(s, _, _)| s).collect();
     check_symbols(only, &names)?;
-    if build == Build::All {
+    let over_prebuilt = matches!(stock_side, SpeedStock::Prebuilt(..));
+    let is_fork = |s: &str| known.iter().any(|&(k, _, fork)| fork && k == s);
+    if let Some(s) = only.iter().find(|s| over_prebuilt && is_fork(s)) {
+        return Err(format!("{s}: the prebuilt builds have no fork formats"));
+    }
+    if matches!(stock_side, SpeedStock::Pinned(Build::All, _)) {
         return Err(
             "speed compares against one stock build: --build haswell or --build x64".into(),
         );
@@ -1179,7 +1329,9 @@ fn cmd_speed(
     // Q2_0 defaults to the Bonsai-8B shapes, the fork's formats to the Bonsai 2 shapes.
     let shapes = given.clone().unwrap_or(BONSAI_8B_SHAPES.to_vec());
     let fork_shapes = given.unwrap_or(BONSAI2_SHAPES.to_vec());
-    let wants = |s: &str| only.is_empty() || only.iter().any(|o| o == s);
+    let wants = |s: &str| {
+        (only.is_empty() || only.iter().any(|o| o == s)) && !(over_prebuilt && is_fork(s))
+    };
     // Checked before anything is loaded or timed: a symbol's rows are whole blocks of its format.
     for &(symbol, block, on_fork_shapes) in known.iter().filter(|(s, _, _)| wants(s)) {
         let its_shapes = if on_fork_shapes {
@@ -1214,16 +1366,49 @@ fn cmd_speed(
             "--threads {t}: this machine runs {cores} threads at once; use at most that (or \"all\")"
         ));
     }
-    let lib = default_lib(lib)?;
-    let order = build.orders()[0];
-    let stock = StockLib::load(order)?;
     let scratch = std::env::temp_dir().join(format!("ggml-lowbit-ab-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
-    let ours_lib = load_ours(&lib, order, &scratch)?;
-    let ours = CSymbols::from_library(&ours_lib)?;
+    // The stock library, our library where it is a loaded copy, our exports, and the symbols the library
+    // passes to stock alone over this build (not timed: both sides would be stock's).
+    let (stock, ours_lib, ours, alone) = match stock_side {
+        SpeedStock::Pinned(build, lib) => {
+            let lib = default_lib(lib)?;
+            let stock = StockLib::load(build.orders()[0])?;
+            std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+            let ours_lib = load_ours(&lib, stock.order, &scratch)?;
+            let ours = CSymbols::from_library(&ours_lib)?;
+            (stock, Some(ours_lib), ours, Vec::new())
+        }
+        SpeedStock::Prebuilt(name, variant) => {
+            let opened = match open_prebuilt(name, variant)? {
+                Ok(opened) => opened,
+                Err(rerun) => return Ok(rerun),
+            };
+            // Our kernels for every symbol, as for a pinned build; the table says which the library serves.
+            std::env::set_var("GGML_LOWBIT_SERVE_ALL", "1");
+            let next = ggml_lowbit::interpose::Next::find_with(|n| opened.stock.address(n));
+            ggml_lowbit::interpose::configure_in_front_of(next)?;
+            std::env::remove_var("GGML_LOWBIT_SERVE_ALL");
+            let mut alone: Vec<String> = Vec::new();
+            for u in &opened.probed.unmatched {
+                let format = u.trim_start_matches("ggml_vec_dot_");
+                alone.push(u.to_string());
+                alone.push(format!("ggml_lowbit_mul_mat_{format}"));
+            }
+            if !alone.is_empty() {
+                println!("not timed (passed to stock alone): {}", alone.join(", "));
+            }
+            (opened.stock, None, CSymbols::from_rlib(), alone)
+        }
+    };
+    let order = stock.order;
+    let wants = |s: &str| wants(s) && !alone.iter().any(|a| a == s);
     let st = CSymbols::from_stock(&stock)?;
     let mut rows: Vec<SpeedRow> = Vec::new();
-    let stock_name = format!("stock {}", order.name());
+    let stock_name = if over_prebuilt {
+        stock.build.clone()
+    } else {
+        format!("stock {}", order.name())
+    };
     let fork_wanted: Vec<(&str, WeightType)> = [
         ("ggml_vec_dot_pq2_0_q8_0", WeightType::Pq2_0),
         ("ggml_vec_dot_ptq1_0_q8_0", WeightType::Ptq1_0),
@@ -1313,7 +1498,7 @@ fn cmd_speed(
             symbol,
             format,
             shapes: fork_shapes.clone(),
-            ours: lookup_vec_dot(&ours_lib, symbol)?,
+            ours: lookup_vec_dot(ours_lib.as_ref().ok_or("no fork formats here")?, symbol)?,
             baseline: fork_dot(format),
             baseline_name: fork_name.clone(),
         });
@@ -1376,9 +1561,14 @@ fn cmd_speed(
     for (symbol, format) in fork_tiles_wanted {
         let name = format!("{symbol}\0");
         // SAFETY: the tile exports all have the signature `MulMatFn` describes (`ffi.rs`).
-        let tiles = unsafe { ours_lib.get::<MulMatFn>(name.as_bytes()) }
-            .map(|f| *f)
-            .map_err(|e| format!("{symbol}: {e}"))?;
+        let tiles = unsafe {
+            ours_lib
+                .as_ref()
+                .ok_or("no fork formats here")?
+                .get::<MulMatFn>(name.as_bytes())
+        }
+        .map(|f| *f)
+        .map_err(|e| format!("{symbol}: {e}"))?;
         for &(r, c) in &fork_shapes {
             let m = MatVec::new(format, r, c, 42)?;
             for &t in &threads {
@@ -1419,6 +1609,18 @@ fn cmd_speed(
     }
     drop(ours_lib);
     let _ = std::fs::remove_dir_all(&scratch);
+    // The dispatcher's choices: over a prebuilt build this crate's own configuration in front of it; over a
+    // pinned build the table the loaded library builds for its float order on this CPU.
+    let serving = if over_prebuilt {
+        *ggml_lowbit::interpose::active()
+    } else {
+        ggml_lowbit::dispatch::Kernels::new(ggml_lowbit::dispatch::detected_isa(), order)
+    };
+    for r in &mut rows {
+        if !is_fork(&r.symbol) {
+            r.served = Some(served_by(&serving, &r.symbol));
+        }
+    }
 
     let lines: Vec<SpeedLine> = rows
         .iter()
@@ -1430,8 +1632,18 @@ fn cmd_speed(
             ours: format!("{:.4}", r.ours_median_ms),
             stock: format!("{:.4}", r.stock_median_ms),
             ratio: format!("{:.2}x", r.ratio),
+            library: match r.served {
+                Some(true) | None => "serves".into(),
+                Some(false) => "passes to stock".into(),
+            },
         })
         .collect();
+    // The pinned builds by their float order (the results tables key on it), a prebuilt one by name and variant.
+    let stock_build = if over_prebuilt {
+        stock.build.clone()
+    } else {
+        order.name().to_string()
+    };
     let active = ggml_lowbit::interpose::active();
     let isa = active.isa.name();
     // The AVX-512 kernels' per-CPU forms ("lookups": without gathers IQ2_XXS and IQ2_XS permute code tables and
@@ -1440,7 +1652,7 @@ fn cmd_speed(
     let header = format!(
         "Stock build: {}. Our instruction set: {isa}{forms}. {reps} interleaved repetitions per row, \
          medians.\n\n",
-        order.name()
+        stock_build
     );
     let table = Table::new(lines).with(Style::markdown()).to_string();
     // The summary first (one line per symbol); the full table goes to speed.md.
@@ -1462,7 +1674,7 @@ fn cmd_speed(
         "date": speed::utc_date_today(),
         "cpu": speed::cpu_model_name(),
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "stock_build": order.name(),
+        "stock_build": stock_build,
         "isa": isa,
         "forms": ggml_lowbit::interpose::active_forms().to_string_lossy(),
         "reps": reps,

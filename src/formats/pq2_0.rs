@@ -69,6 +69,9 @@ pub fn pq2_0_block_chain<const FMA: bool>(sumf: f32, d0: f32, d1: [f32; 4], s: [
 
 /// The fork's chain over `x`, continuing from `sumf` (0 for a whole row); the SIMD kernels finish their rows
 /// with it, so the float order lives in one place.
+// Always inlined: the SIMD kernels finish their rows with it inside their own target features, where the
+// contracted steps are FMA instructions (compiled on its own, for the baseline CPU, each is a call to `fmaf`).
+#[inline(always)]
 pub fn vec_dot_pq2_0_q8_0_from<const FMA: bool>(
     mut sumf: f32,
     x: &[BlockPQ2_0],

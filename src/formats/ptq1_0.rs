@@ -104,6 +104,9 @@ pub fn quarter_isums(x: &BlockPTQ1_0, y: &[BlockQ8_0]) -> [i32; 4] {
 
 /// The fork's chain over `x`, continuing from `sumf` (0 for a whole row); the SIMD kernels finish their rows
 /// with it.
+// Always inlined: the SIMD kernels finish their rows with it inside their own target features, where the
+// contracted steps are FMA instructions (compiled on its own, for the baseline CPU, each is a call to `fmaf`).
+#[inline(always)]
 pub fn vec_dot_ptq1_0_q8_0_from<const FMA: bool>(
     mut sumf: f32,
     x: &[BlockPTQ1_0],

@@ -54,6 +54,9 @@ pub fn half_block_isum(x: &BlockQ2_0, y: &BlockQ8_0, k: usize) -> i32 {
 /// The stock chain over `x`, continuing from `sumf` (0 for a whole row): `FMA` selects the haswell build's
 /// contracted form, otherwise every product and sum rounds on its own. The SIMD kernels finish their rows with
 /// it, so the float order lives in one place.
+// Always inlined: the SIMD kernels finish their rows with it inside their own target features, where the
+// contracted steps are FMA instructions (compiled on its own, for the baseline CPU, each is a call to `fmaf`).
+#[inline(always)]
 pub fn vec_dot_q2_0_q8_0_from<const FMA: bool>(
     mut sumf: f32,
     x: &[BlockQ2_0],

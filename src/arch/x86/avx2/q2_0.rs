@@ -371,6 +371,7 @@ pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
             q2_tile_rows::<FMA, 4>,
             q2_tile_rows::<FMA, 1>,
             None,
+            q2_tail::<FMA>,
         )
     }
 }
@@ -626,4 +627,30 @@ pub unsafe fn mul_mat_q2_0_q8_0_avx2_order(
             },
         )
     }
+}
+
+/// A row's blocks past the tile kernel's last full batch of eight (`tiles::TailChain`): the per-call kernel's
+/// four-block batches continuing the chain from `sumf`, then the scalar chain, all in this file's features.
+/// Rows shorter than eight blocks (a 256-wide matrix) run here whole, as fast as the per-call kernel.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `y.len() >= 2 * x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_tail<const FMA: bool>(mut sumf: f32, x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+    assert!(
+        y.len() >= 2 * x.len(),
+        "q8_0 column shorter than the Q2_0 row"
+    );
+    let (xp, yp) = (x.as_ptr() as *const u8, y.as_ptr() as *const u8);
+    let batches = x.len() / 4;
+    for k in 0..batches {
+        // SAFETY: batch k < batches covers blocks 4k..4k+4 of x and 8k..8k+8 of y, inside the slices; this
+        // function's target features cover the helpers'.
+        sumf = unsafe {
+            let terms = q2_batch_terms::<FMA>(xp.add(4 * k * Q2_BYTES), yp.add(8 * k * Q8_BYTES));
+            q2_batch_chain::<FMA>(sumf, terms)
+        };
+    }
+    let done = 4 * batches;
+    vec_dot_q2_0_q8_0_from::<FMA>(sumf, &x[done..], &y[2 * done..])
 }

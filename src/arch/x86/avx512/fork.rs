@@ -291,7 +291,7 @@ pub unsafe fn mul_mat_ptq1_0_q8_0<const FMA: bool>(
             ptq1_tile_rows::<FMA, 4, 1>,
             ptq1_tile_rows::<FMA, 1, 1>,
             ptq1_tile_rows::<FMA, 4, 2>,
-            vec_dot_ptq1_0_q8_0_from::<FMA>,
+            ptq1_tail::<FMA>,
         )
     }
 }
@@ -316,7 +316,7 @@ pub unsafe fn mul_mat_pq2_0_q8_0<const FMA: bool>(
             pq2_tile_rows::<FMA, 4, 1>,
             pq2_tile_rows::<FMA, 1, 1>,
             pq2_tile_rows::<FMA, 4, 2>,
-            vec_dot_pq2_0_q8_0_from::<FMA>,
+            pq2_tail::<FMA>,
         )
     }
 }
@@ -416,4 +416,17 @@ pub unsafe fn vec_dot_ptq1_0_q8_0<const FMA: bool, const SCALE_GATHER: bool>(
     };
     let done = 4 * batches;
     vec_dot_ptq1_0_q8_0_from::<FMA>(sumf, &x[done..], &y[4 * done..])
+}
+
+/// PTQ1_0's scalar chain for a row's blocks past its last full batch, compiled with FMA so that its contracted
+/// steps are instructions, not calls to libm's `fmaf` (`tiles::TailChain`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn ptq1_tail<const FMA: bool>(sumf: f32, x: &[BlockPTQ1_0], y: &[BlockQ8_0]) -> f32 {
+    vec_dot_ptq1_0_q8_0_from::<FMA>(sumf, x, y)
+}
+
+/// PQ2_0's scalar chain for a row's blocks past its last full batch (as `ptq1_tail`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pq2_tail<const FMA: bool>(sumf: f32, x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
+    vec_dot_pq2_0_q8_0_from::<FMA>(sumf, x, y)
 }

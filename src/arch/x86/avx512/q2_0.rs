@@ -501,6 +501,7 @@ pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
             q2_tile_rows_1col::<FMA, 4>,
             q2_tile_rows_1col::<FMA, 1>,
             Some(q2_tile_rows_2col::<FMA>),
+            q2_tail::<FMA>,
         )
     }
 }
@@ -689,4 +690,11 @@ pub unsafe fn mul_mat_q2_0_q8_0_avx2_order(
             },
         )
     }
+}
+
+/// The scalar chain for a row's blocks past its last full batch, compiled with FMA so that its contracted steps
+/// are instructions, not calls to libm's `fmaf` (`tiles::TailChain`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_tail<const FMA: bool>(sumf: f32, x: &[BlockQ2_0], y: &[BlockQ8_0]) -> f32 {
+    vec_dot_q2_0_q8_0_from::<FMA>(sumf, x, y)
 }
