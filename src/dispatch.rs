@@ -1047,8 +1047,8 @@ impl Kernels {
     }
 
     /// Whether this table's `quantize_row_q8_0` beats the stock one: not in front of ggml ≥ 0.27.0's AVX
-    /// quantizer (the one that narrows NaN scales with F16C), which measured 1.2–1.3× faster than ours on an
-    /// AVX2 Zen CPU (`docs/PERFORMANCE.md`); that one is passed to stock at every instruction set.
+    /// quantizer (the one that narrows NaN scales with F16C): ours ran 0.76–0.99× it on an AVX2 Zen CPU over
+    /// three builds (`docs/PERFORMANCE.md`); it is passed to stock at every instruction set.
     pub fn serves_q8_0_quantizer_over_stock(&self) -> bool {
         self.q8_0_scale != Q8Scale::F16c
     }
