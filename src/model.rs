@@ -19,7 +19,7 @@ pub const GGML_TYPE_TQ2_0: u32 = 35;
 pub const GGML_TYPE_TQ1_0: u32 = 34;
 pub const GGML_TYPE_IQ2_XXS: u32 = 16;
 /// Not served by the library: the 4-bit format a user would otherwise pick, written as a reference for speed.
-pub const GGML_TYPE_Q4_0: u32 = 2;
+pub(crate) const GGML_TYPE_Q4_0: u32 = 2;
 pub const GGML_TYPE_IQ2_XS: u32 = 17;
 pub const GGML_TYPE_IQ3_XXS: u32 = 18;
 pub const GGML_TYPE_IQ3_S: u32 = 21;

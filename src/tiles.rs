@@ -164,6 +164,34 @@ pub(crate) type TileRows2 = unsafe fn([*const u8; 4], [&[Q2ColumnBatch]; 2]) -> 
 /// rows shorter than a batch (small models, tails) several times slower than the per-call kernel.
 pub(crate) type TailChain<B> = unsafe fn(f32, &[B], &[BlockQ8_0]) -> f32;
 
+/// One batch of a column octet's q8_0 sums and scales, as an instruction set's octet kernel reads them: for
+/// each block of the batch and each half of it, one value per column of the octet (the lanes of one vector).
+#[repr(C, align(32))]
+#[derive(Clone, Copy)]
+pub struct Q2OctetScales {
+    /// `Σ q` of the half's q8_0 block, `[block][half][column]`.
+    pub(crate) qsum: [[[i32; 8]; 2]; 8],
+    /// The half's q8_0 scale as a float, `[block][half][column]`.
+    pub(crate) d1: [[[f32; 8]; 2]; 8],
+}
+
+/// An instruction set's prefill kernel for Q2_0: four rows against eight prepared columns at once, each chain
+/// in its own vector lane (column `c` of row `r` in lane `c` of row `r`'s accumulator), so one fused step per
+/// block serves eight chains; `scales` makes an octet's per-batch scales from its prepared columns once per
+/// chunk.
+#[derive(Clone, Copy)]
+pub(crate) struct Q2Octets {
+    pub(crate) scales: unsafe fn([&[Q2ColumnBatch]; 8], &mut Vec<Q2OctetScales>),
+    pub(crate) rows: OctetRows,
+}
+
+/// An octet kernel's rows: four row pointers, eight prepared columns and their scales; `[row][column]` sums.
+pub(crate) type OctetRows = unsafe fn(
+    [*const u8; TILE_ROWS],
+    [&[Q2ColumnBatch]; 8],
+    &[Q2OctetScales],
+) -> [[f32; 8]; TILE_ROWS];
+
 /// Rows per tile step: enough independent chains to hide the 4-cycle FMA latency.
 const TILE_ROWS: usize = 4;
 /// Prepared columns kept at once: about 512 KiB of them, so they stay in L2 while the rows pass.
@@ -179,8 +207,11 @@ const PREPARED_BYTES: usize = 512 << 10;
 /// columns are innermost, so a step's rows stay in L1 across them.
 ///
 /// # Safety
-/// `prepare`, `rows4`, `rows1`, `rows4x2` and `tail` must be safe to call on this CPU; `tail` must be
+/// `prepare`, `rows4`, `rows1`, `rows4x2`, `octets` and `tail` must be safe to call on this CPU; `tail` must be
 /// `vec_dot_q2_0_q8_0_from::<FMA>`; `y.nb() >= 2 * x.nb()`.
+///
+/// With `octets`, a chunk's columns go eight at a time through the octet kernel (prefill), the rest through the
+/// others.
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
     x: Rows<'_, BlockQ2_0>,
@@ -190,10 +221,12 @@ pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
     rows4: TileRows<TILE_ROWS>,
     rows1: TileRows<1>,
     rows4x2: Option<TileRows2>,
+    octets: Option<Q2Octets>,
     tail: TailChain<BlockQ2_0>,
 ) {
     thread_local! {
         static PREPARED: std::cell::RefCell<Vec<Vec<Q2ColumnBatch>>> = const { std::cell::RefCell::new(Vec::new()) };
+        static OCTET_SCALES: std::cell::RefCell<Vec<Vec<Q2OctetScales>>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     let nb = x.nb();
     let done = 8 * (nb / 8);
@@ -212,13 +245,39 @@ pub(crate) unsafe fn mul_mat_q2_0_tiles<const FMA: bool>(
             unsafe { prepare(&y.row(c)[..2 * done], out) }
         };
         for_each_column_chunk(prepared, y.rows(), chunk, prepare, |c0, c1, prepared| {
+            let mut first = c0;
+            if let Some(o) = octets.filter(|_| c1 - c0 >= 8) {
+                let n = (c1 - c0) / 8;
+                let octet = |i: usize| -> [&[Q2ColumnBatch]; 8] {
+                    std::array::from_fn(|j| &prepared[8 * i + j][..])
+                };
+                OCTET_SCALES.with_borrow_mut(|scales| {
+                    if scales.len() < n {
+                        scales.resize_with(n, Vec::new);
+                    }
+                    for (i, s) in scales[..n].iter_mut().enumerate() {
+                        // SAFETY: the caller vouches for the CPU.
+                        unsafe { (o.scales)(octet(i), s) };
+                    }
+                    // SAFETY (both kernels): the rows exist and hold nb ≥ 8·batches blocks each, the octet's
+                    // columns as many batches as its scales; the caller vouches for the CPU.
+                    run_octets(
+                        &x,
+                        n,
+                        |p, i| unsafe { (o.rows)(p, octet(i), &scales[i]) },
+                        |p, c| unsafe { rows1([p], &prepared[c])[0] },
+                        |r, c, sumf| finish(emit, r, c0 + c, sumf),
+                    );
+                });
+                first = c0 + 8 * n;
+            }
             // SAFETY (the three kernels): the rows exist and hold nb ≥ 8·prepared.len() blocks each; the
             // caller vouches for the CPU.
             let pair = rows4x2.map(|k| move |p, c: [&[Q2ColumnBatch]; 2]| unsafe { k(p, c) });
             run_rows(
                 &x,
-                (c0, c1),
-                prepared,
+                (first, c1),
+                &prepared[first - c0..],
                 pair.as_ref().map(|k| k as PairKernel<'_, _, _>),
                 |p, c| unsafe { rows4(p, c) },
                 |p, c| unsafe { rows1([p], c)[0] },
@@ -249,6 +308,36 @@ fn for_each_column_chunk<P>(
         }
         body(c0, c1, &prepared[..c1 - c0]);
         c0 = c1;
+    }
+}
+
+/// Rows against the first `8·octets` columns of a chunk (column `c` counted from the chunk's first), in the tile
+/// steps of `run_rows`: each step's four rows against each octet through `eight` (`eight(rows, i)`: octet `i`,
+/// values `[row][column]`), then the tail rows one column at a time (`one(row, c)`); `done(r, c, v)` as there.
+fn run_octets<B>(
+    x: &Rows<'_, B>,
+    octets: usize,
+    eight: impl Fn([*const u8; TILE_ROWS], usize) -> [[f32; 8]; TILE_ROWS],
+    one: impl Fn(*const u8, usize) -> f32,
+    mut done: impl FnMut(usize, usize, f32),
+) {
+    let row = |r: usize| x.row(r).as_ptr() as *const u8;
+    let (tail, steps) = tile_steps(x.rows(), x.stride * std::mem::size_of::<B>());
+    for rows in steps {
+        let ptrs = rows.map(row);
+        for i in 0..octets {
+            let values = eight(ptrs, i);
+            for (&r, of_row) in rows.iter().zip(values) {
+                for (j, v) in of_row.into_iter().enumerate() {
+                    done(r, 8 * i + j, v);
+                }
+            }
+        }
+    }
+    for r in tail..x.rows() {
+        for c in 0..8 * octets {
+            done(r, c, one(row(r), c));
+        }
     }
 }
 

@@ -192,6 +192,20 @@ pub fn run_tool(
 
 /// Calls our library served in a preloaded run (from its `GGML_LOWBIT_LOG` exit line), 0 if none was printed.
 /// The line is looked for anywhere in a line of stderr: llama.cpp's log thread may still be writing at exit.
+/// The calls the library passed to stock (its exit line's `M passed to stock`; 0 without one).
+pub fn passed_calls(run: &ToolRun) -> u64 {
+    const TAG: &str = "ggml-lowbit: ";
+    run.stderr
+        .lines()
+        .filter_map(|l| l.find(TAG).map(|i| &l[i + TAG.len()..]))
+        .filter(|rest| rest.contains(" calls served by ggml-lowbit"))
+        .find_map(|rest| {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            words.windows(2).find(|w| w[1] == "passed")?[0].parse().ok()
+        })
+        .unwrap_or(0)
+}
+
 pub fn served_calls(run: &ToolRun) -> u64 {
     const TAG: &str = "ggml-lowbit: ";
     run.stderr

@@ -198,7 +198,7 @@ fn mul_mat_stays_inside<B: RawBlock, Y: RawBlock>(
     let (mut gx, mut gy) = (GuardedRegion::new(1 << 16), GuardedRegion::new(1 << 16));
     let mut rng = SmallRng::seed_from_u64(0x711e);
     // (blocks per row, rows, columns): row tails of the 4-row steps, decode columns of 16 and more rows (the
-    // staggered streams), prefill column pairs and an odd column.
+    // staggered streams), prefill column pairs and an odd column, column octets with and without leftovers.
     let shapes = [
         (1, 1, 1),
         (2, 3, 2),
@@ -209,6 +209,8 @@ fn mul_mat_stays_inside<B: RawBlock, Y: RawBlock>(
         (16, 33, 1),
         (33, 7, 5),
         (65, 18, 1),
+        (8, 5, 8),
+        (17, 6, 19),
     ];
     for k in every_table() {
         let model = scalar_model_of(&k);

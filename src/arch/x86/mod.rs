@@ -505,11 +505,18 @@ mod tests {
     }
 
     /// Q2_0 tiles: every element against the per-pair model, bit for bit, over shapes with row tails, block
-    /// tails (every `nb % 8`), several columns, strided rows and columns, and enough columns at 64 blocks to
-    /// cross a prepared-column chunk (100 columns).
+    /// tails (every `nb % 8`), several columns, column octets (8 to 25 columns: whole octets and leftovers),
+    /// strided rows and columns, and enough columns at 64 blocks to cross a prepared-column chunk (100 columns).
     #[test]
     fn mul_mat_tiles_match_the_per_pair_models() {
         let mut shapes = tile_shapes(&[1, 7, 8, 9, 15, 16, 17, 24, 31]);
+        for nb in [1, 7, 8, 9, 17, 31] {
+            for rows in [1, 4, 5, 9] {
+                for cols in [8, 13, 16, 25] {
+                    shapes.push((nb, rows, cols));
+                }
+            }
+        }
         shapes.push((64, 6, 100));
         shapes.push((129, 5, 2));
         let n = tiles_match_the_per_pair_models(

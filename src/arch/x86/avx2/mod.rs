@@ -47,7 +47,7 @@ use crate::formats::tq2_0::BlockTQ2_0;
 use crate::fp16::{f32_to_f16_ggml_soft_model, GgmlHalf, F16_TO_F32_TABLE};
 use crate::tiles::{
     mul_mat_q2_0_avx2_order_tiles, mul_mat_q2_0_tiles, q2_lane_prepare_column, Emit,
-    LaneTileKernels, Q2ColumnBatch, Q2LaneColumnBlock, Rows,
+    LaneTileKernels, Q2ColumnBatch, Q2LaneColumnBlock, Q2OctetScales, Q2Octets, Rows,
 };
 
 const Q2_BYTES: usize = 18;

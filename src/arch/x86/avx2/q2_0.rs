@@ -350,6 +350,142 @@ pub(super) unsafe fn q2_tile_rows<const FMA: bool, const R: usize>(
     sumf
 }
 
+/// An octet's per-batch scales (`tiles::Q2OctetScales`) from its eight prepared columns, whose `qsum` and `d1`
+/// are in `AVX2_TILE_BLOCKS` lane order.
+///
+/// # Safety
+/// None beyond the signature's (plain copies); `unsafe fn` for `tiles::Q2Octets`.
+pub(super) unsafe fn q2_octet_scales(cols: [&[Q2ColumnBatch]; 8], out: &mut Vec<Q2OctetScales>) {
+    out.clear();
+    let batches = cols.iter().map(|c| c.len()).min().unwrap_or(0);
+    for k in 0..batches {
+        let mut s = Q2OctetScales {
+            qsum: [[[0; 8]; 2]; 8],
+            d1: [[[0.0; 8]; 2]; 8],
+        };
+        for (l, &b) in AVX2_TILE_BLOCKS.iter().enumerate() {
+            for h in 0..2 {
+                for (c, col) in cols.iter().enumerate() {
+                    s.qsum[b][h][c] = col[k].qsum[8 * h + l];
+                    s.d1[b][h][c] = col[k].d1[8 * h + l];
+                }
+            }
+        }
+        out.push(s);
+    }
+}
+
+/// The running sums of four rows against eight prepared columns after every full batch, `[row][column]`: the
+/// prefill kernel. Each row's codes are split into fields once for the eight columns; the four dword partials of
+/// each (row, column, block) are reduced with `vphaddd` and two shuffles straight into lanes by column, so each
+/// row's eight chains (one per column, in block order, as stock's C) advance in one vector step per block
+/// instead of eight scalar ones.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; every row holds `8·scales.len()` blocks, every column at least
+/// `scales.len()` batches.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q2_octet_rows<const FMA: bool>(
+    rows: [*const u8; 4],
+    cols: [&[Q2ColumnBatch]; 8],
+    scales: &[Q2OctetScales],
+) -> [[f32; 8]; 4] {
+    assert!(cols.iter().all(|c| c.len() >= scales.len()), "short column");
+    let mut out = [[0f32; 8]; 4];
+    // SAFETY (whole body): batch k < scales.len() reads blocks 8k..8k+8 of every row (144 bytes) and batch k of
+    // every column; features come from this function.
+    unsafe {
+        let three = _mm256_set1_epi8(3);
+        let ones = _mm256_set1_epi16(1);
+        let zero = _mm256_setzero_ps();
+        let mut sumf = [zero; 4];
+        for (k, s) in scales.iter().enumerate() {
+            for j in 0..4 {
+                // Blocks 2j (low lane) and 2j + 1 (high lane) of the batch; their quants are in `q[j / 2]`.
+                let (h, off) = (j / 2, 32 * (j % 2));
+                for r in 0..4 {
+                    let xb = rows[r].add(8 * k * Q2_BYTES);
+                    let lo = _mm_loadu_si128(xb.add(Q2_BYTES * 2 * j + 2) as *const __m128i);
+                    let hi = _mm_loadu_si128(xb.add(Q2_BYTES * (2 * j + 1) + 2) as *const __m128i);
+                    let codes = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(lo), hi);
+                    let fields = [
+                        _mm256_and_si256(codes, three),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(codes), three),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(codes), three),
+                        _mm256_and_si256(_mm256_srli_epi16::<6>(codes), three),
+                    ];
+                    // Column c's eight dword partials: per lane, dword w sums weights 16w..16w + 16 of its block.
+                    let partials = |c: usize| {
+                        let q = &cols[c][k].q[h];
+                        let load =
+                            |f: usize| _mm256_loadu_si256(q[f].as_ptr().add(off) as *const __m256i);
+                        let m01 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(fields[0], load(0)),
+                            _mm256_maddubs_epi16(fields[1], load(1)),
+                        );
+                        let m23 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(fields[2], load(2)),
+                            _mm256_maddubs_epi16(fields[3], load(3)),
+                        );
+                        _mm256_madd_epi16(_mm256_add_epi16(m01, m23), ones)
+                    };
+                    // Per lane [c h0, c h1, c' h0, c' h1], then the halves of four columns apart, then of eight:
+                    // `h0[e]` holds half 0 of block 2j + e for columns 0..8 in lanes 0..8.
+                    let quads = |c: usize| {
+                        let a =
+                            _mm256_castsi256_ps(_mm256_hadd_epi32(partials(c), partials(c + 1)));
+                        let b = _mm256_castsi256_ps(_mm256_hadd_epi32(
+                            partials(c + 2),
+                            partials(c + 3),
+                        ));
+                        (
+                            _mm256_shuffle_ps::<0x88>(a, b),
+                            _mm256_shuffle_ps::<0xdd>(a, b),
+                        )
+                    };
+                    let (h0_lo, h1_lo) = quads(0);
+                    let (h0_hi, h1_hi) = quads(4);
+                    let h0 = [
+                        _mm256_permute2f128_ps::<0x20>(h0_lo, h0_hi),
+                        _mm256_permute2f128_ps::<0x31>(h0_lo, h0_hi),
+                    ];
+                    let h1 = [
+                        _mm256_permute2f128_ps::<0x20>(h1_lo, h1_hi),
+                        _mm256_permute2f128_ps::<0x31>(h1_lo, h1_hi),
+                    ];
+                    for e in 0..2 {
+                        let b = 2 * j + e;
+                        let half = |v: __m256, hh: usize| {
+                            let qsum = _mm256_load_si256(s.qsum[b][hh].as_ptr() as *const __m256i);
+                            _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_castps_si256(v), qsum))
+                        };
+                        let (s0, s1) = (half(h0[e], 0), half(h1[e], 1));
+                        let d10 = _mm256_load_ps(s.d1[b][0].as_ptr());
+                        let d11 = _mm256_load_ps(s.d1[b][1].as_ptr());
+                        let d0 = _mm256_cvtph_ps(_mm_set1_epi16(
+                            (xb.add(b * Q2_BYTES) as *const i16).read_unaligned(),
+                        ));
+                        sumf[r] = if FMA {
+                            let sumi = _mm256_fmadd_ps(d11, s1, _mm256_fmadd_ps(d10, s0, zero));
+                            _mm256_fmadd_ps(d0, sumi, sumf[r])
+                        } else {
+                            let sumi = _mm256_add_ps(
+                                _mm256_add_ps(zero, _mm256_mul_ps(d10, s0)),
+                                _mm256_mul_ps(d11, s1),
+                            );
+                            _mm256_add_ps(sumf[r], _mm256_mul_ps(d0, sumi))
+                        };
+                    }
+                }
+            }
+        }
+        for r in 0..4 {
+            _mm256_storeu_ps(out[r].as_mut_ptr(), sumf[r]);
+        }
+    }
+    out
+}
+
 /// `W · Y` for Q2_0 weights against q8_0 columns through the shared tile driver, with `vpmaddubsw` in place of
 /// VNNI and shifts in place of GFNI; every element with the bits of `vec_dot_q2_0_q8_0::<FMA>`.
 ///
@@ -371,6 +507,10 @@ pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
             q2_tile_rows::<FMA, 4>,
             q2_tile_rows::<FMA, 1>,
             None,
+            Some(Q2Octets {
+                scales: q2_octet_scales,
+                rows: q2_octet_rows::<FMA>,
+            }),
             q2_tail::<FMA>,
         )
     }

@@ -501,6 +501,7 @@ pub unsafe fn mul_mat_q2_0_q8_0<const FMA: bool>(
             q2_tile_rows_1col::<FMA, 4>,
             q2_tile_rows_1col::<FMA, 1>,
             Some(q2_tile_rows_2col::<FMA>),
+            None,
             q2_tail::<FMA>,
         )
     }
