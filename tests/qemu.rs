@@ -42,6 +42,19 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// `run()` again until its output holds llama-completion's last log line (at most 16 runs): llama.cpp logs, the
+/// generated text included, from a thread of its own that can lose its tail at exit on a busy machine.
+fn whole_output(run: impl Fn() -> Output) -> Output {
+    let marker = ggml_lowbit::ab::e2e::completion_marker("llama-completion").expect("a marker");
+    for _ in 0..16 {
+        let out = run();
+        if !out.status.success() || String::from_utf8_lossy(&out.stderr).contains(marker) {
+            return out;
+        }
+    }
+    panic!("llama-completion lost the end of its output 16 times in a row");
+}
+
 /// The emulated CPU models and what the library must pick under each: instruction set, and the float order of
 /// the build a release llama.cpp loads there.
 const MODELS: [(&str, &str, &str); 2] =
@@ -145,21 +158,25 @@ fn under_emulated_old_cpus_a_preloaded_model_keeps_its_text() {
             "-no-cnv",
             "--no-warmup",
         ];
-        let native = Command::new(&completion)
-            .args(args)
-            .env_remove("LD_PRELOAD")
-            .output()
-            .expect("llama-completion");
+        let native = whole_output(|| {
+            Command::new(&completion)
+                .args(args)
+                .env_remove("LD_PRELOAD")
+                .output()
+                .expect("llama-completion")
+        });
         assert!(native.status.success(), "{}", text(&native));
-        let emulated = under(
-            cpu,
-            &completion,
-            &args,
-            &[
-                ("LD_PRELOAD", lib.to_str().unwrap()),
-                ("GGML_LOWBIT_LOG", "1"),
-            ],
-        );
+        let emulated = whole_output(|| {
+            under(
+                cpu,
+                &completion,
+                &args,
+                &[
+                    ("LD_PRELOAD", lib.to_str().unwrap()),
+                    ("GGML_LOWBIT_LOG", "1"),
+                ],
+            )
+        });
         let log = String::from_utf8_lossy(&emulated.stderr);
         assert!(!log.contains("Illegal instruction"), "{cpu}: {log}");
         assert!(emulated.status.success(), "{cpu}: {log}");
