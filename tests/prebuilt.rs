@@ -261,18 +261,18 @@ fn run(
 }
 
 /// The calls the library served, from its exit line.
-/// The calls the library passed to stock, from its exit line (`N calls served by ggml-lowbit, M passed to stock`).
-fn passed(text: &str) -> u64 {
-    let line = text
-        .lines()
-        .find(|l| l.contains("calls served by ggml-lowbit"))
-        .unwrap_or_else(|| panic!("no exit line in {text}"));
-    let words: Vec<&str> = line.split_whitespace().collect();
-    words
-        .windows(2)
-        .find(|w| w[1] == "passed")
-        .and_then(|w| w[0].parse().ok())
-        .unwrap_or_else(|| panic!("no passed count in {line:?}"))
+/// Writes the tiny preset in weight type `wtype` to `path` with the harness's model generator.
+fn write_tiny_model(path: &Path, wtype: &str) {
+    let made = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
+        .args(["model", "--preset", "tiny", "--type", wtype, "--out"])
+        .arg(path)
+        .output()
+        .expect("run the harness");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
 }
 
 fn served(text: &str) -> u64 {
@@ -669,12 +669,7 @@ fn debian_llama_cpp_tools_keep_their_text_and_perplexity_with_the_library() {
             },
         });
         let model = dir.join(format!("tiny-{wtype}.gguf"));
-        let made = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
-            .args(["model", "--preset", "tiny", "--type", wtype, "--out"])
-            .arg(&model)
-            .output()
-            .expect("run the harness");
-        assert!(made.status.success());
+        write_tiny_model(&model, wtype);
         let run = |tool: &str, args: &[String], preload| {
             e2e::run_tool(&tools, tool, args, preload, false)
                 .unwrap_or_else(|e| panic!("{wtype}: {e}"))
@@ -772,12 +767,7 @@ fn node_llama_cpp_itself_keeps_its_probabilities_and_text_with_the_library() {
     };
     for wtype in ["q2_0", "q1_0", "tq2_0", "iq2_xxs"] {
         let model = dir.join(format!("tiny-{wtype}.gguf"));
-        let made = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
-            .args(["model", "--preset", "tiny", "--type", wtype, "--out"])
-            .arg(&model)
-            .output()
-            .expect("run the harness");
-        assert!(made.status.success());
+        write_tiny_model(&model, wtype);
         let (stock, _) = node(&model, &[], false);
         let (ours, log) = node(&model, &[], true);
         println!("{wtype}: {stock}{log}");
@@ -999,12 +989,7 @@ fn llama_cpp_py_sync_keeps_its_text_and_logits_with_the_library() {
     };
     for wtype in ["q2_0", "q1_0", "tq2_0", "iq2_xxs"] {
         let model = dir.join(format!("tiny-{wtype}.gguf"));
-        let made = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
-            .args(["model", "--preset", "tiny", "--type", wtype, "--out"])
-            .arg(&model)
-            .output()
-            .expect("run the harness");
-        assert!(made.status.success());
+        write_tiny_model(&model, wtype);
         let (stock, _) = run(&model, &[], false);
         let (ours, log) = run(&model, &[], true);
         println!("{wtype}: {stock}");
@@ -1020,7 +1005,10 @@ fn llama_cpp_py_sync_keeps_its_text_and_logits_with_the_library() {
         );
         // Every call went through the library; on a CPU without AVX-512 it passes Q2_0, Q1_0, the q8_K formats
         // and this build's faster q8_0 quantizer to stock, and serves the q8_K quantizer.
-        assert!(served(&log) + passed(&log) > 0, "{wtype}: {log}");
+        assert!(
+            served(&log) + ggml_lowbit::ab::e2e::exit_counts_in(&log).1 > 0,
+            "{wtype}: {log}"
+        );
         if wtype == "tq2_0" || wtype == "iq2_xxs" {
             assert!(served(&log) > 0, "{wtype}: {log}");
         }

@@ -190,30 +190,34 @@ pub fn run_tool(
     ))
 }
 
-/// Calls our library served in a preloaded run (from its `GGML_LOWBIT_LOG` exit line), 0 if none was printed.
-/// The line is looked for anywhere in a line of stderr: llama.cpp's log thread may still be writing at exit.
-/// The calls the library passed to stock (its exit line's `M passed to stock`; 0 without one).
-pub fn passed_calls(run: &ToolRun) -> u64 {
+/// The library's exit-line counts in a preloaded run's log (`N calls served by ggml-lowbit, M passed to stock`,
+/// from `GGML_LOWBIT_LOG`): `(served, passed)`, `(0, 0)` if none was printed. The line is looked for anywhere in
+/// a line of the log: llama.cpp's log thread may still be writing at exit.
+pub fn exit_counts_in(log: &str) -> (u64, u64) {
     const TAG: &str = "ggml-lowbit: ";
-    run.stderr
-        .lines()
+    log.lines()
         .filter_map(|l| l.find(TAG).map(|i| &l[i + TAG.len()..]))
-        .filter(|rest| rest.contains(" calls served by ggml-lowbit"))
-        .find_map(|rest| {
+        .find(|rest| rest.contains(" calls served by ggml-lowbit"))
+        .map_or((0, 0), |rest| {
             let words: Vec<&str> = rest.split_whitespace().collect();
-            words.windows(2).find(|w| w[1] == "passed")?[0].parse().ok()
+            let served = words.first().and_then(|w| w.parse().ok()).unwrap_or(0);
+            let passed = words
+                .windows(2)
+                .find(|w| w[1] == "passed")
+                .and_then(|w| w[0].parse().ok())
+                .unwrap_or(0);
+            (served, passed)
         })
-        .unwrap_or(0)
 }
 
+/// Calls our library served in a preloaded run, 0 if it printed no exit line (`exit_counts_in`).
 pub fn served_calls(run: &ToolRun) -> u64 {
-    const TAG: &str = "ggml-lowbit: ";
-    run.stderr
-        .lines()
-        .filter_map(|l| l.find(TAG).map(|i| &l[i + TAG.len()..]))
-        .filter(|rest| rest.contains(" calls served by ggml-lowbit"))
-        .find_map(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+    exit_counts_in(&run.stderr).0
+}
+
+/// Calls the library passed to a stock kernel in a preloaded run, 0 without an exit line (`exit_counts_in`).
+pub fn passed_calls(run: &ToolRun) -> u64 {
+    exit_counts_in(&run.stderr).1
 }
 
 pub const PROMPT: &str = "The quick brown fox";

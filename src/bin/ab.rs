@@ -681,13 +681,18 @@ fn cmd_e2e(
                     rates.push(e2e::bench_rates(&run)?);
                 }
             }
-            let median = |column: usize, generation: bool| -> Option<f64> {
-                let mut v: Vec<f64> = rounds
-                    .iter()
-                    .filter_map(|r| r[column].map(|(p, g)| if generation { g } else { p }))
-                    .collect();
+            // The middle round of some rates (the upper one of an even count), each rate on its own.
+            let middle = |mut v: Vec<f64>| -> Option<f64> {
                 v.sort_by(f64::total_cmp);
                 (!v.is_empty()).then(|| v[v.len() / 2])
+            };
+            let median = |column: usize, generation: bool| -> Option<f64> {
+                middle(
+                    rounds
+                        .iter()
+                        .filter_map(|r| r[column].map(|(p, g)| if generation { g } else { p }))
+                        .collect(),
+                )
             };
             let rates: Vec<Option<(f64, f64)>> = (0..4)
                 .map(|c| Some((median(c, false)?, median(c, true)?)))
@@ -715,18 +720,15 @@ fn cmd_e2e(
                     result: "speed".into(),
                 });
             }
-            for ((_, label), mut of_reference) in references.iter().zip(reference_rounds) {
-                let mut median_of = |generation: bool| {
-                    of_reference.sort_by(|a, b| {
-                        let pick = |r: &(f64, f64)| if generation { r.1 } else { r.0 };
-                        pick(a).total_cmp(&pick(b))
-                    });
-                    let r = of_reference[of_reference.len() / 2];
-                    if generation {
-                        r.1
-                    } else {
-                        r.0
-                    }
+            for ((_, label), of_reference) in references.iter().zip(reference_rounds) {
+                let median_of = |generation: bool| {
+                    middle(
+                        of_reference
+                            .iter()
+                            .map(|&(p, g)| if generation { g } else { p })
+                            .collect(),
+                    )
+                    .expect("one rate per round, at least one round")
                 };
                 let (rp, rg) = (median_of(false), median_of(true));
                 for (test, generation, reference) in [(&pp_test, false, rp), (&tg_test, true, rg)] {
