@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Build the pinned stock llama.cpp (vendor/llama.cpp of the PyPI sdist llama-cpp-python==0.3.36) into a cache.
 #
-#   scripts/stock-llama.sh haswell|x64|haswell-dl|native
+#   scripts/stock-llama.sh haswell|x64|haswell-dl|haswell-rpc|native
+#
+# haswell-rpc is the haswell build with llama.cpp's RPC backend (GGML_RPC=ON): its tools take --rpc, and it has
+# ggml-rpc-server, the worker that computes layers a host sends it (docs/rpc.md).
 #
 # native is built for this CPU (GGML_NATIVE=ON, -march=native): the strongest stock build a user can make here,
 # the reference for prefill speed. Its cache key holds this CPU's feature flags, and ccache stays off for it
@@ -25,6 +28,7 @@ die() { echo "stock-llama.sh: $*" >&2; exit 2; }
 variant=${1:-}
 backend_dl=OFF
 native=OFF
+extra=()
 cpu_flags=
 case "$variant" in
   native)
@@ -39,6 +43,12 @@ case "$variant" in
     tools=ON
     backend_dl=ON
     programs=(llama-bench llama-completion llama-perplexity) ;;
+  haswell-rpc)
+    isa=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+         -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_SSE42=ON)
+    tools=ON
+    extra=(-DGGML_RPC=ON)
+    programs=(llama-bench llama-completion llama-perplexity ggml-rpc-server) ;;
   haswell)
     isa=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
          -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_SSE42=ON)
@@ -49,7 +59,7 @@ case "$variant" in
          -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_SSE42=OFF)
     tools=ON
     programs=(llama-completion llama-perplexity test-quantize-fns) ;;
-  *) die "usage: scripts/stock-llama.sh haswell|x64|haswell-dl|native" ;;
+  *) die "usage: scripts/stock-llama.sh haswell|x64|haswell-dl|haswell-rpc|native" ;;
 esac
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -62,7 +72,7 @@ cmake_args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_BUILD_RPATH_USE_ORIGIN=ON
   -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=$backend_dl -DGGML_NATIVE=$native -DGGML_OPENMP=OFF
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
   -DLLAMA_BUILD_TESTS=$([ "$backend_dl" = ON ] && echo OFF || echo ON) -DLLAMA_BUILD_TOOLS=$tools
-  "${isa[@]}")
+  "${isa[@]}" "${extra[@]}")
 targets=(ggml-cpu ggml-base "${programs[@]}")
 # The build's key: what decides its output (the sdist is hash-checked, so its version stands for the source).
 key=$(printf '%s\n' "$VERSION" "${cmake_args[@]}" -- "${targets[@]}" $cpu_flags | llama_cache_key)

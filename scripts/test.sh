@@ -94,3 +94,14 @@ done
 
 phase "cargo test --release (every tier)"
 run_tests
+
+phase "ThreadSanitizer over tests/concurrency.rs (nightly Rust)"
+set +e
+scripts/tsan.sh --quiet
+tsan=$?
+set -e
+case $tsan in
+  0) ;;
+  2) echo "SKIPPED: the ThreadSanitizer run (nightly Rust with rust-src could not be installed; see above)" ;;
+  *) exit "$tsan" ;;
+esac

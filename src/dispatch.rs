@@ -236,7 +236,7 @@ type IqDot<B> = unsafe fn(&[B], &[BlockQ8K]) -> f32;
 
 /// The IQ block types, each with its entry in a `Kernels` table and whether its AVX-512 kernel measured faster
 /// than stock's haswell kernel (`docs/PERFORMANCE.md`); the library passes a format to stock where not.
-pub trait IqFormat: IqBlock + IqKernelDecode {
+pub trait IqFormat: IqBlock + IqKernelDecode + VecDotEntry<Y = BlockQ8K> {
     const AVX512_BEATS_STOCK: bool;
     fn entry(k: &Kernels) -> IqDot<Self>;
 }
@@ -661,6 +661,49 @@ fn iq_model<B: IqBlock>(haswell: bool) -> IqDot<B> {
     }
 }
 
+/// Stock's NaN bits. A SIMD kernel keeps stock's float chain, so its result is a NaN exactly where stock's is;
+/// but which NaN comes out depends on the operand order of every instruction on the way (`x86_float`), which a
+/// SIMD kernel does not follow (its lanes run another association, and the compiler may swap operands). The
+/// scalar models follow the stock binaries' operand order, so a NaN result is computed again by the model: one
+/// compare per result, and the model only on NaN inputs.
+impl Kernels {
+    /// The table of the scalar models in this table's stock order (its Q2_0 chain too).
+    fn models(&self) -> Kernels {
+        Kernels::with_choices(Isa::Scalar, self.order, self.choices)
+            .with_q2_0_chain(self.q2_0_chain)
+    }
+
+    /// `v`, a kernel's result on the row pair `(x, y)`, or stock's NaN where `v` is a NaN.
+    #[inline(always)]
+    pub fn stock_nan<B: VecDotEntry>(&self, v: f32, x: &[B], y: &[B::Y]) -> f32 {
+        if v.is_nan() {
+            self.model_row(x, y)
+        } else {
+            v
+        }
+    }
+
+    /// The scalar model's result on `(x, y)` in this table's stock order.
+    #[cold]
+    #[inline(never)]
+    pub fn model_row<B: VecDotEntry>(&self, x: &[B], y: &[B::Y]) -> f32 {
+        let y = &y[..x.len() * B::Y_PER_BLOCK];
+        // SAFETY: a scalar model runs on every CPU, and `y` was just cut to the length it reads (a panic if the
+        // caller's row was shorter).
+        unsafe { (B::vec_dot_entry(&self.models()))(x, y) }
+    }
+
+    /// `emit` for a whole product of `x` by `y`, each NaN element replaced by stock's (`stock_nan`).
+    fn stock_nan_emit<'e, W: VecDotEntry>(
+        &'e self,
+        x: Rows<'e, W>,
+        y: Rows<'e, W::Y>,
+        emit: Emit<'e>,
+    ) -> impl FnMut(usize, usize, f32) + 'e {
+        move |r, c, v| emit(r, c, self.stock_nan(v, x.row(r), y.row(c)))
+    }
+}
+
 impl Kernels {
     /// `" (…)"` naming this table's per-CPU forms (`KernelChoices::describe`), for the log line and the speed
     /// report; empty below AVX-512, where there are none.
@@ -956,7 +999,7 @@ impl Kernels {
         assert!(y.len() >= 2 * x.len(), "q8_0 row shorter than the Q2_0 row");
         // SAFETY: the table only holds kernels for instruction sets this CPU has (`Kernels::new` caps `isa`), and
         // the length contract was just checked.
-        unsafe { (self.vec_dot_q2_0_q8_0)(x, y) }
+        self.stock_nan(unsafe { (self.vec_dot_q2_0_q8_0)(x, y) }, x, y)
     }
 
     /// This table with its Q2_0 kernels (the vec_dot and the tiles) in ggml ≥ 0.27.0's own AVX2 order, for a stock
@@ -1072,7 +1115,7 @@ impl Kernels {
             "q8_0 columns shorter than the Q2_0 rows"
         );
         // SAFETY: as `vec_dot_q2_0_q8_0`.
-        unsafe { (self.mul_mat_q2_0_q8_0)(x, y, emit) }
+        unsafe { (self.mul_mat_q2_0_q8_0)(x, y, &mut self.stock_nan_emit(x, y, emit)) }
     }
 
     pub fn dequantize_row_q2_0(&self, x: &[BlockQ2_0], y: &mut [f32]) {
@@ -1087,7 +1130,7 @@ impl Kernels {
     pub fn vec_dot_q1_0_q8_0(&self, x: &[BlockQ1_0], y: &[BlockQ8_0]) -> f32 {
         assert!(y.len() >= 4 * x.len(), "q8_0 row shorter than the Q1_0 row");
         // SAFETY: as `vec_dot_q2_0_q8_0`.
-        unsafe { (self.vec_dot_q1_0_q8_0)(x, y) }
+        self.stock_nan(unsafe { (self.vec_dot_q1_0_q8_0)(x, y) }, x, y)
     }
 
     /// Whether this table's Q1_0 kernel beats the stock one it would replace. The haswell build's own AVX2
@@ -1102,7 +1145,7 @@ impl Kernels {
     pub fn vec_dot_tq2_0_q8_k(&self, x: &[BlockTQ2_0], y: &[BlockQ8K]) -> f32 {
         assert!(y.len() >= x.len(), "q8_K row shorter than the TQ2_0 row");
         // SAFETY: as `vec_dot_q2_0_q8_0`.
-        unsafe { (self.vec_dot_tq2_0_q8_k)(x, y) }
+        self.stock_nan(unsafe { (self.vec_dot_tq2_0_q8_k)(x, y) }, x, y)
     }
 
     /// `W · Y` for TQ2_0: `emit(r, c, v)` with the bits of `vec_dot_tq2_0_q8_k(x.row(r), y.row(c))`: the tile
@@ -1116,7 +1159,7 @@ impl Kernels {
         assert!(y.nb() >= x.nb(), "q8_K columns shorter than the TQ2_0 rows");
         match self.mul_mat_tq2_0_q8_k {
             // SAFETY: as `vec_dot_q2_0_q8_0`; the lengths are checked above.
-            Some(tiles) => unsafe { tiles(x, y, emit) },
+            Some(tiles) => unsafe { tiles(x, y, &mut self.stock_nan_emit(x, y, emit)) },
             None => mul_mat_by_pairs(|x, y| self.vec_dot_tq2_0_q8_k(x, y), x, y, emit),
         }
     }
@@ -1171,7 +1214,7 @@ impl Kernels {
     pub fn vec_dot_iq_q8_k<B: IqFormat>(&self, x: &[B], y: &[BlockQ8K]) -> f32 {
         assert!(y.len() >= x.len(), "q8_K row shorter than the IQ row");
         // SAFETY: as `vec_dot_q2_0_q8_0`.
-        unsafe { (B::entry(self))(x, y) }
+        self.stock_nan(unsafe { (B::entry(self))(x, y) }, x, y)
     }
 
     /// `dequantize_row_*` of an IQ format (the scalar model; the same bits in both builds).
@@ -1191,7 +1234,7 @@ impl Kernels {
     pub fn vec_dot_tq1_0_q8_k(&self, x: &[BlockTQ1_0], y: &[BlockQ8K]) -> f32 {
         assert!(y.len() >= x.len(), "q8_K row shorter than the TQ1_0 row");
         // SAFETY: as `vec_dot_q2_0_q8_0`.
-        unsafe { (self.vec_dot_tq1_0_q8_k)(x, y) }
+        self.stock_nan(unsafe { (self.vec_dot_tq1_0_q8_k)(x, y) }, x, y)
     }
 
     /// `W · Y` for TQ1_0: `emit(r, c, v)` with the bits of `vec_dot_tq1_0_q8_k(x.row(r), y.row(c))`: the tile
@@ -1205,7 +1248,7 @@ impl Kernels {
         assert!(y.nb() >= x.nb(), "q8_K columns shorter than the TQ1_0 rows");
         match self.mul_mat_tq1_0_q8_k {
             // SAFETY: as `vec_dot_q2_0_q8_0`; the lengths are checked above.
-            Some(tiles) => unsafe { tiles(x, y, emit) },
+            Some(tiles) => unsafe { tiles(x, y, &mut self.stock_nan_emit(x, y, emit)) },
             None => mul_mat_by_pairs(|x, y| self.vec_dot_tq1_0_q8_k(x, y), x, y, emit),
         }
     }
@@ -1235,7 +1278,7 @@ impl Kernels {
             "q8_0 columns shorter than the Q1_0 rows"
         );
         // SAFETY: as `vec_dot_q2_0_q8_0`.
-        unsafe { (self.mul_mat_q1_0_q8_0)(x, y, emit) }
+        unsafe { (self.mul_mat_q1_0_q8_0)(x, y, &mut self.stock_nan_emit(x, y, emit)) }
     }
 
     /// `dequantize_row_q1_0` (not a hot path: the scalar model on every instruction set; same bits in both
@@ -1254,7 +1297,7 @@ impl Kernels {
             "q8_0 row shorter than the PQ2_0 row"
         );
         // SAFETY: as `vec_dot_q2_0_q8_0`.
-        unsafe { (self.vec_dot_pq2_0_q8_0)(x, y) }
+        self.stock_nan(unsafe { (self.vec_dot_pq2_0_q8_0)(x, y) }, x, y)
     }
 
     /// `dequantize_row_pq2_0` (not a hot path: the scalar model on every instruction set).
@@ -1270,7 +1313,7 @@ impl Kernels {
             "q8_0 row shorter than the PTQ1_0 row"
         );
         // SAFETY: as `vec_dot_q2_0_q8_0`.
-        unsafe { (self.vec_dot_ptq1_0_q8_0)(x, y) }
+        self.stock_nan(unsafe { (self.vec_dot_ptq1_0_q8_0)(x, y) }, x, y)
     }
 
     /// `W · Y` for PQ2_0 (PrismML fork): `emit(r, c, v)` with the bits of
@@ -1283,6 +1326,7 @@ impl Kernels {
         emit: Emit<'_>,
     ) {
         let pair = |a: &[BlockPQ2_0], b: &[BlockQ8_0]| self.vec_dot_pq2_0_q8_0(a, b);
+        let emit = &mut self.stock_nan_emit(x, y, emit);
         fork_mul_mat(self.mul_mat_pq2_0_q8_0, pair, x, y, emit)
     }
 
@@ -1294,6 +1338,7 @@ impl Kernels {
         emit: Emit<'_>,
     ) {
         let pair = |a: &[BlockPTQ1_0], b: &[BlockQ8_0]| self.vec_dot_ptq1_0_q8_0(a, b);
+        let emit = &mut self.stock_nan_emit(x, y, emit);
         fork_mul_mat(self.mul_mat_ptq1_0_q8_0, pair, x, y, emit)
     }
 

@@ -112,6 +112,18 @@ impl Weights {
         ne10 / qk * bytes
     }
 
+    /// The stock vec_dot of this format behind the library, if there is one.
+    fn stock_vec_dot(self, next: &crate::interpose::Next) -> Option<crate::stock::VecDotFn> {
+        match self {
+            Weights::Q2_0 => next.vec_dot_q2_0_q8_0,
+            Weights::Q1_0 => next.vec_dot_q1_0_q8_0,
+            Weights::Pq2_0 => next.vec_dot_pq2_0_q8_0,
+            Weights::Ptq1_0 => next.vec_dot_ptq1_0_q8_0,
+            Weights::Tq2_0 => next.vec_dot_tq2_0_q8_k,
+            Weights::Tq1_0 => next.vec_dot_tq1_0_q8_k,
+        }
+    }
+
     /// Bytes per block (`ggml_type_size`).
     fn block_bytes(self) -> usize {
         match self {
@@ -154,6 +166,37 @@ impl Weights {
             Rows::new(w, nb, stride, rows).expect("sized above")
         }
         let shape = (nb, stride, rows);
+        // A NaN element comes again from stock's own vec_dot on its pair (the tables give the models' NaN, which
+        // is the pinned builds' and ggml ≥ 0.27.0's; stock's own is right whatever compiled it).
+        let stock = self.stock_vec_dot(&crate::interpose::config().next);
+        let (bytes, act_bytes) = (self.block_bytes(), self.act_block().1);
+        let mut stock_nan = |r: usize, c: usize, v: f32| {
+            let v = match stock {
+                Some(dot) if v.is_nan() => {
+                    let mut s = 0f32;
+                    // SAFETY: row `r` of the weights (`nb` blocks at `w + r·stride`, inside what the caller
+                    // passed) against column `c` of `y` (`act_nb` blocks), one output: stock's contract.
+                    unsafe {
+                        let row = w.add(r * stride * bytes);
+                        let col = y[c * act_nb * act_bytes..(c + 1) * act_nb * act_bytes].as_ptr();
+                        dot(
+                            (nb * self.qk()) as c_int,
+                            &mut s,
+                            0,
+                            row.cast(),
+                            0,
+                            col.cast(),
+                            0,
+                            1,
+                        );
+                    }
+                    s
+                }
+                _ => v,
+            };
+            emit(r, c, v)
+        };
+        let emit: crate::tiles::Emit<'_> = &mut stock_nan;
         let y8 = || columns::<BlockQ8_0>(y, act_nb);
         // SAFETY (each arm): the caller's contract, for this format's block type.
         match self {

@@ -454,7 +454,8 @@ static PRODUCTS: Counter = Counter::new();
 static EXPERTS: Counter = Counter::new();
 static VERIFIED: AtomicU64 = AtomicU64::new(0);
 static MISMATCHES: AtomicU64 = AtomicU64::new(0);
-static NAN_PAIRS: AtomicU64 = AtomicU64::new(0);
+/// Compared calls whose results held a NaN (with stock's bits: a NaN with other bits is a mismatch).
+static NAN_RESULTS: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn summary_at_exit() {
     let mut line = format!(
@@ -476,12 +477,56 @@ extern "C" fn summary_at_exit() {
     }
     if VERIFIED.load(Relaxed) > 0 {
         line += &format!(
-            "ggml-lowbit verify: {} calls compared with stock, {} mismatches, {} NaN pairs\n",
+            "ggml-lowbit verify: {} calls compared with stock, {} mismatches, {} with NaN results\n",
             VERIFIED.load(Relaxed),
             MISMATCHES.load(Relaxed),
-            NAN_PAIRS.load(Relaxed)
+            NAN_RESULTS.load(Relaxed)
         );
     }
+    // SAFETY: writing a byte buffer to stderr; std's own stderr may be torn down at exit.
+    unsafe { libc::write(2, line.as_ptr() as *const c_void, line.len()) };
+}
+
+/// Run by the dynamic loader when the built library is loaded (preloaded or linked): with `GGML_LOWBIT_LOG=1`,
+/// arranges the one line that says so at exit should no ggml call ever reach the library, as in a program
+/// without ggml, over a ggml that lacks the symbols, or over one linked statically (whose calls stay inside the
+/// executable). Nothing else happens at load: the configuration waits for the first call.
+#[used]
+#[link_section = ".init_array"]
+static AT_LOAD: extern "C" fn() = at_load;
+
+extern "C" fn at_load() {
+    // Only the value "1" counts here: a bad value aborts with its message on the first call, as every setting
+    // does, never at load, where no ggml may be in sight.
+    if std::env::var_os("GGML_LOWBIT_LOG").is_some_and(|v| v == "1") && loaded_as_shared_library() {
+        // SAFETY: registering a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(note_if_never_called) };
+    }
+}
+
+/// Whether this code runs from a shared object rather than from the program itself (the rlib linked into the
+/// harness or a test carries the same constructor, which must stay silent there).
+fn loaded_as_shared_library() -> bool {
+    let object_of = |address: *const c_void| {
+        // SAFETY: `dladdr` only reads the loader's tables; `info` is a valid out-parameter.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        (unsafe { libc::dladdr(address, &mut info) } != 0).then_some(info.dli_fbase)
+    };
+    // SAFETY: `getauxval` reads the auxiliary vector; AT_PHDR is the program's own program headers, mapped.
+    let program = unsafe { libc::getauxval(libc::AT_PHDR) } as *const c_void;
+    let this = at_load as extern "C" fn() as *const c_void;
+    match (object_of(this), object_of(program)) {
+        (Some(ours), Some(theirs)) => ours != theirs,
+        _ => false,
+    }
+}
+
+extern "C" fn note_if_never_called() {
+    if CONFIG.get().is_some() {
+        return; // the configuration's own lines report what happened
+    }
+    let line = "ggml-lowbit: loaded, but no ggml call reached it (no ggml in this process, a ggml without \
+                these symbols, or one linked into the program): nothing served, nothing changed\n";
     // SAFETY: writing a byte buffer to stderr; std's own stderr may be torn down at exit.
     unsafe { libc::write(2, line.as_ptr() as *const c_void, line.len()) };
 }
@@ -850,21 +895,20 @@ fn differs(symbol: &str, abort: bool, detail: impl FnOnce() -> String) {
 }
 
 fn compare_floats(symbol: &str, abort: bool, ours: &[f32], stock: &[f32]) {
-    let mut nan = false;
-    for (i, (a, b)) in ours.iter().zip(stock).enumerate() {
-        if a.to_bits() == b.to_bits() {
-            continue;
-        }
-        if a.is_nan() && b.is_nan() {
-            nan = true;
-            continue;
-        }
+    if let Some(i) =
+        (0..ours.len().min(stock.len())).find(|&i| ours[i].to_bits() != stock[i].to_bits())
+    {
+        let (a, b) = (ours[i], stock[i]);
         return differs(symbol, abort, || {
-            format!("value {i}: ours {a:e}, stock {b:e}")
+            format!(
+                "value {i}: ours {a:e} ({:#010x}), stock {b:e} ({:#010x})",
+                a.to_bits(),
+                b.to_bits()
+            )
         });
     }
-    if nan {
-        NAN_PAIRS.fetch_add(1, Relaxed);
+    if stock.iter().any(|v| v.is_nan()) {
+        NAN_RESULTS.fetch_add(1, Relaxed);
     }
 }
 
@@ -881,14 +925,32 @@ unsafe fn view<'a, T: RawBlock>(p: *const c_void, len: usize) -> &'a [T] {
     }
 }
 
-/// Whole blocks in `n` values, as C's `n / qk` for `n ≥ 0` (none for a negative `n`).
+/// Whole blocks in `n` values, as C's `n / qk` for `n ≥ 0` (none for a negative `n`): a vec_dot's `int n`, or a
+/// `k` its stock symbol divides in an `int64_t`.
 #[inline(always)]
 pub fn whole_blocks(n: i64, qk: usize) -> usize {
-    if n > 0 {
-        // ggml keeps the block count in an `int`.
-        (n / qk as i64).min(c_int::MAX as i64) as usize
-    } else {
-        0
+    BlockCount::Int64.of(n, qk)
+}
+
+/// How a stock quantizer or dequantizer counts the whole blocks of its `int64_t k` values: `k / qk` kept in an
+/// `int` (`dequantize_row_q2_0`, `dequantize_row_q1_0` and `quantize_row_q8_0` of the pinned builds), which
+/// wraps as GCC converts it, or in an `int64_t`. A negative count reads and writes nothing. Only a `k` no
+/// ggml passes tells them apart (`k = −2⁶³ + 1` gives one block in an `int`), and ours counts as stock does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockCount {
+    Int,
+    Int64,
+}
+
+impl BlockCount {
+    #[inline(always)]
+    pub fn of(self, k: i64, qk: usize) -> usize {
+        let q = k / qk as i64;
+        let q = match self {
+            BlockCount::Int => q as i32 as i64,
+            BlockCount::Int64 => q,
+        };
+        q.max(0) as usize
     }
 }
 
@@ -1041,7 +1103,7 @@ unsafe fn quantize_rows<B: RawBlock + PartialEq + std::fmt::Debug>(
     next: Option<QuantizeRowFn>,
     stock_first: bool,
     agrees: &OnceLock<bool>,
-    qk: usize,
+    (qk, blocks_of): (usize, BlockCount),
     kernel: impl Fn(&Kernels, &[f32], &mut [B]),
     (x, vy, k): (*const f32, *mut c_void, i64),
 ) {
@@ -1050,7 +1112,7 @@ unsafe fn quantize_rows<B: RawBlock + PartialEq + std::fmt::Debug>(
         Mode::Serve if !quantizer_agrees(agrees, symbol, c, next, qk, &kernel) => Mode::Disable,
         mode => mode,
     };
-    let nb = whole_blocks(k, qk);
+    let nb = blocks_of.of(k, qk);
     let ours = |out: &mut [B]| {
         let input = if nb == 0 {
             &[][..]
@@ -1165,7 +1227,7 @@ pub unsafe fn quantize_row_q8_0(x: *const f32, vy: *mut c_void, k: i64) {
             c.next.quantize_row_q8_0,
             !c.kernels.serves_q8_0_quantizer_over_stock(),
             &QUANTIZE_Q8_0_AGREES,
-            32,
+            (32, BlockCount::Int),
             Kernels::quantize_row_q8_0,
             (x, vy, k),
         )
@@ -1183,7 +1245,7 @@ pub unsafe fn quantize_row_q8_k(x: *const f32, vy: *mut c_void, k: i64) {
             c.next.quantize_row_q8_k,
             !c.kernels.serves_q8_k_over_stock(),
             &QUANTIZE_Q8_K_AGREES,
-            256,
+            (256, BlockCount::Int64),
             Kernels::quantize_row_q8_k,
             (x, vy, k),
         )
@@ -1414,7 +1476,15 @@ pub unsafe fn vec_dot<B: VecDotEntry>(symbol: &'static VecDotSymbol<B>, a: VecDo
             let nb = whole_blocks(a.n as i64, B::QK);
             // SAFETY: the caller's contract: `s` is writable, `vx` holds `nb` blocks and `vy` the
             // `nb·Y_PER_BLOCK` activation blocks they meet; the table entry runs on this CPU (`Kernels::new`).
-            unsafe { *a.s = kernel(view(a.vx, nb), view(a.vy, nb * B::Y_PER_BLOCK)) };
+            unsafe {
+                let (x, y) = (view(a.vx, nb), view(a.vy, nb * B::Y_PER_BLOCK));
+                let v = kernel(x, y);
+                *a.s = if v.is_nan() {
+                    stock_nan((symbol.next)(&config().next), &a, x, y)
+                } else {
+                    v
+                };
+            }
         }
         // SAFETY: the shadowed symbol, with the caller's own arguments.
         Some(Direct::Stock(stock)) => unsafe {
@@ -1424,6 +1494,31 @@ pub unsafe fn vec_dot<B: VecDotEntry>(symbol: &'static VecDotSymbol<B>, a: VecDo
         // on is first stored to the stack, on every call).
         // SAFETY: passed on.
         _ => unsafe { vec_dot_configured(symbol, a.n, a.s, a.bs, a.vx, a.bx, a.vy, a.by, a.nrc) },
+    }
+}
+
+/// A NaN result of our kernel on the call `a` (whose rows are `x` and `y`), with stock's bits: from the stock
+/// symbol `next` where there is one, so that its NaN is whatever its compiler made of the operand order; from the
+/// model of the table's order otherwise (the pinned builds' and ggml ≥ 0.27.0's NaNs, `dispatch.md`).
+///
+/// # Safety
+/// `a` is a call ggml made to this symbol (its rows hold what `next` reads).
+#[cold]
+#[inline(never)]
+unsafe fn stock_nan<B: VecDotEntry>(
+    next: Option<VecDotFn>,
+    a: &VecDotArgs,
+    x: &[B],
+    y: &[B::Y],
+) -> f32 {
+    match next {
+        Some(stock) => {
+            let mut s = 0f32;
+            // SAFETY: the caller's arguments, with one output (ours writes one).
+            unsafe { stock(a.n, &mut s, a.bs, a.vx, a.bx, a.vy, a.by, 1) };
+            s
+        }
+        None => config().kernels.model_row(x, y),
     }
 }
 
@@ -1453,7 +1548,13 @@ unsafe fn vec_dot_configured<B: VecDotEntry>(
         let next = (symbol.next)(&c.next);
         let nb = whole_blocks(a.n as i64, B::QK);
         // SAFETY: as in `vec_dot`.
-        let ours = || unsafe { kernel(view(a.vx, nb), view(a.vy, nb * B::Y_PER_BLOCK)) };
+        let ours = || unsafe {
+            let (x, y) = (view(a.vx, nb), view(a.vy, nb * B::Y_PER_BLOCK));
+            match kernel(x, y) {
+                v if v.is_nan() => stock_nan(next, &a, x, y),
+                v => v,
+            }
+        };
         // SAFETY: the caller's contract: `s` is writable and the rows hold what both implementations read.
         unsafe { serve_vec_dot(symbol.name, next, mode, a, ours) };
         symbol.direct.get_or_init(|| match (counts(c), mode, next) {
@@ -1477,7 +1578,7 @@ unsafe fn dequantize_rows<B: VecDotEntry>(
     next: impl Fn(&Next) -> Option<DequantizeRowFn>,
     stock_first: bool,
     agrees: &OnceLock<bool>,
-    kernel: impl Fn(&Kernels, &[B], &mut [f32]),
+    (blocks_of, kernel): (BlockCount, impl Fn(&Kernels, &[B], &mut [f32])),
     (vx, y, k): (*const c_void, *mut f32, i64),
 ) {
     let c = config();
@@ -1486,7 +1587,7 @@ unsafe fn dequantize_rows<B: VecDotEntry>(
         Mode::Serve if !dequantizer_agrees(agrees, symbol, c, next, &kernel) => Mode::Disable,
         mode => mode,
     };
-    let nb = whole_blocks(k, B::QK);
+    let nb = blocks_of.of(k, B::QK);
     // SAFETY: the caller's contract: `vx` holds `nb` blocks, `y` has room for `k` floats.
     unsafe {
         let x: &[B] = view(vx, nb);
@@ -1550,7 +1651,7 @@ pub unsafe fn dequantize_row_q2_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_q2_0,
             false,
             &DEQUANTIZE_Q2_0_AGREES,
-            Kernels::dequantize_row_q2_0,
+            (BlockCount::Int, Kernels::dequantize_row_q2_0),
             (vx, y, k),
         )
     }
@@ -1566,7 +1667,7 @@ pub unsafe fn dequantize_row_q1_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_q1_0,
             true,
             &DEQUANTIZE_Q1_0_AGREES,
-            Kernels::dequantize_row_q1_0,
+            (BlockCount::Int, Kernels::dequantize_row_q1_0),
             (vx, y, k),
         )
     }
@@ -1624,7 +1725,7 @@ pub unsafe fn dequantize_row_iq<B: IqSymbol + VecDotEntry>(vx: *const c_void, y:
             |n| n.dequantize_row_iq[B::INDEX],
             true,
             &DEQUANTIZE_IQ_AGREES[B::INDEX],
-            Kernels::dequantize_row_iq::<B>,
+            (BlockCount::Int64, Kernels::dequantize_row_iq::<B>),
             (vx, y, k),
         )
     }
@@ -1640,7 +1741,7 @@ pub unsafe fn dequantize_row_tq1_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_tq1_0,
             true,
             &DEQUANTIZE_TQ1_0_AGREES,
-            Kernels::dequantize_row_tq1_0,
+            (BlockCount::Int64, Kernels::dequantize_row_tq1_0),
             (vx, y, k),
         )
     }
@@ -1656,7 +1757,7 @@ pub unsafe fn dequantize_row_tq2_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_tq2_0,
             true,
             &DEQUANTIZE_TQ2_0_AGREES,
-            Kernels::dequantize_row_tq2_0,
+            (BlockCount::Int64, Kernels::dequantize_row_tq2_0),
             (vx, y, k),
         )
     }
@@ -1672,7 +1773,7 @@ pub unsafe fn dequantize_row_pq2_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_pq2_0,
             false,
             &DEQUANTIZE_PQ2_0_AGREES,
-            Kernels::dequantize_row_pq2_0,
+            (BlockCount::Int64, Kernels::dequantize_row_pq2_0),
             (vx, y, k),
         )
     }
@@ -1688,7 +1789,7 @@ pub unsafe fn dequantize_row_ptq1_0(vx: *const c_void, y: *mut f32, k: i64) {
             |n| n.dequantize_row_ptq1_0,
             false,
             &DEQUANTIZE_PTQ1_0_AGREES,
-            Kernels::dequantize_row_ptq1_0,
+            (BlockCount::Int64, Kernels::dequantize_row_ptq1_0),
             (vx, y, k),
         )
     }

@@ -18,29 +18,54 @@ fn quiet(v: f32) -> f32 {
     f32::from_bits(v.to_bits() | QUIET_BIT)
 }
 
-/// The first NaN of `operands`, quiet; otherwise `value`, or the default NaN when `value` is a NaN.
-fn x86_result(operands: &[f32], value: f32) -> f32 {
-    match operands.iter().find(|v| v.is_nan()) {
-        Some(&nan) => quiet(nan),
-        None if value.is_nan() => f32::from_bits(DEFAULT_NAN),
-        None => value,
+/// The NaN an instruction returns when its result is a NaN: the first NaN of `operands`, quiet, or the default
+/// NaN when none is (an invalid operation).
+#[inline(always)]
+fn nan_result<const N: usize>(operands: [f32; N]) -> f32 {
+    let mut nan = f32::from_bits(DEFAULT_NAN);
+    for v in operands.into_iter().rev() {
+        nan = if v.is_nan() { quiet(v) } else { nan };
+    }
+    nan
+}
+
+// Each helper computes the value with Rust's operator and replaces it by the instruction's NaN where it is one
+// (a NaN exactly when an operand is one or the operation is invalid). Selects, no branch and no call: the SIMD
+// kernels use the models' steps inside their loops, where a call (even a cold one) costs them registers. Always
+// inlined, so that inside a kernel's target features the fused form is one instruction.
+
+/// `vaddss dst, a, b`.
+#[inline(always)]
+pub fn add(a: f32, b: f32) -> f32 {
+    let v = a + b;
+    if v.is_nan() {
+        nan_result([a, b])
+    } else {
+        v
     }
 }
 
-/// `vaddss dst, a, b`.
-pub fn add(a: f32, b: f32) -> f32 {
-    x86_result(&[a, b], a + b)
-}
-
 /// `vmulss dst, a, b`.
+#[inline(always)]
 pub fn mul(a: f32, b: f32) -> f32 {
-    x86_result(&[a, b], a * b)
+    let v = a * b;
+    if v.is_nan() {
+        nan_result([a, b])
+    } else {
+        v
+    }
 }
 
 /// `a · b + c`, rounded once, as the fused forms compute it (`vfmadd132ss op1, op2, op3` is
 /// `fmadd(op1, op3, op2)`, `vfmadd213ss` is `fmadd(op2, op1, op3)`, `vfmadd231ss` is `fmadd(op2, op3, op1)`).
+#[inline(always)]
 pub fn fmadd(a: f32, b: f32, c: f32) -> f32 {
-    x86_result(&[a, b, c], a.mul_add(b, c))
+    let v = a.mul_add(b, c);
+    if v.is_nan() {
+        nan_result([a, b, c])
+    } else {
+        v
+    }
 }
 
 #[cfg(test)]
@@ -67,12 +92,22 @@ mod tests {
         ];
         for &a in &values {
             for &b in &values {
-                // SAFETY: SSE is part of x86_64.
-                let hw = unsafe { _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(a), _mm_set_ss(b))) };
-                assert_eq!(add(a, b).to_bits(), hw.to_bits(), "{a:?} + {b:?}");
-                // SAFETY: as above.
-                let hw = unsafe { _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(a), _mm_set_ss(b))) };
-                assert_eq!(mul(a, b).to_bits(), hw.to_bits(), "{a:?} · {b:?}");
+                // The instructions in `asm!`: the compiler treats the intrinsics' sums and products as
+                // commutative and may swap their operands.
+                // SAFETY: SSE is part of x86_64; the asm only reads and writes xmm registers.
+                let hw = |mul: bool| unsafe {
+                    let (mut r, b) = (_mm_set_ss(a), _mm_set_ss(b));
+                    if mul {
+                        std::arch::asm!("mulss {r}, {b}", r = inout(xmm_reg) r, b = in(xmm_reg) b,
+                            options(pure, nomem, nostack));
+                    } else {
+                        std::arch::asm!("addss {r}, {b}", r = inout(xmm_reg) r, b = in(xmm_reg) b,
+                            options(pure, nomem, nostack));
+                    }
+                    _mm_cvtss_f32(r).to_bits()
+                };
+                assert_eq!(add(a, b).to_bits(), hw(false), "{a:?} + {b:?}");
+                assert_eq!(mul(a, b).to_bits(), hw(true), "{a:?} · {b:?}");
                 if !std::arch::is_x86_feature_detected!("fma") {
                     continue;
                 }

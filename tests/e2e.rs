@@ -127,6 +127,45 @@ fn tiny_q2_0_model_gives_identical_text_and_perplexity_with_the_preload_on_every
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// ggml's thread pool wider than this machine: 4 and 16 threads (the other tests run 1 and 2) over the tiny Q2_0
+/// model on the haswell build: 12 tokens of completion (decode) and 2 chunks of perplexity at micro-batch 33
+/// (prefill). The rows split differently among more threads, whose first calls race the library's set-up
+/// (`interpose.md`, "Threads"), and every column stays identical. (Short runs: ggml's threads spin at each
+/// barrier, so a pool eight times wider than two cores runs each graph slowly.)
+#[test]
+fn tiny_q2_0_model_is_identical_at_4_and_16_threads() {
+    let dir = scratch("threads");
+    let model = tiny_model(&dir, "7");
+    let model = model.to_str().unwrap();
+    for threads in ["4", "16"] {
+        let out = harness(&[
+            "e2e",
+            "--model",
+            model,
+            "--build",
+            "haswell",
+            "--no-bench",
+            "--threads",
+            threads,
+            "--n-predict",
+            "12",
+            "--ppl-chunks",
+            "2",
+            "--ubatch",
+            "33",
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{threads} threads: {stdout}");
+        assert_eq!(stdout.matches("identical text").count(), 1, "{stdout}");
+        assert_eq!(
+            stdout.matches("identical per-chunk values").count(),
+            1,
+            "{threads} threads: {stdout}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `e2e --build debian-llama.cpp-0.7.0`: Debian's own llama.cpp 0.7.0 tools (ggml 0.27.0, fetched as packages,
 /// run through unstable's loader) with and without the preload: identical text and per-chunk perplexity at
 /// decode and prefill micro-batches. That ggml's own AVX2 Q2_0 kernel is as fast as ours in its order, so the

@@ -168,21 +168,132 @@ fn contradictory_settings_abort_with_a_message() {
 
 #[test]
 fn a_host_without_ggml_is_not_disturbed() {
-    // Preloaded into a program that never calls a ggml symbol (as over a llama.cpp that lacks one): the library
-    // stays inert, prints nothing and changes nothing.
-    let out = Command::new("sh")
-        .args(["-c", "echo hello"])
-        .env("LD_PRELOAD", library())
-        .env("GGML_LOWBIT_LOG", "1")
-        .output()
-        .expect("run sh");
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
-    assert!(
-        out.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // Preloaded into a program that never calls a ggml symbol: the library stays inert and changes nothing; with
+    // logging on it says so in one line at exit, and nothing without. (`true`: a program that leaves through
+    // `exit` with stderr open; one that calls `_exit`, as dash does, or closes stderr in its own exit handler, as
+    // coreutils' echo does, gets no line.)
+    for log in ["0", "1"] {
+        let out = Command::new("true")
+            .env("LD_PRELOAD", library())
+            .env("GGML_LOWBIT_LOG", log)
+            .output()
+            .expect("run true");
+        assert!(out.status.success());
+        assert!(out.stdout.is_empty());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if log == "0" {
+            assert!(stderr.is_empty(), "{stderr}");
+        } else {
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(
+                stderr.starts_with("ggml-lowbit: loaded, but no ggml call reached it"),
+                "{stderr}"
+            );
+        }
+    }
+}
+
+/// Compiles `tests/c/q2_0_host.c` with `args` (the C compiler's own arguments) into `dir/name`.
+fn build_q2_0_host(dir: &std::path::Path, name: &str, args: &[&str]) -> PathBuf {
+    build_c(
+        dir,
+        "q2_0_host",
+        name,
+        &[&["-ffp-contract=off"], args].concat(),
+    )
+}
+
+/// Compiles `tests/c/{source}.c` with `-O2` and `args` into `dir/name`.
+fn build_c(dir: &std::path::Path, source: &str, name: &str, args: &[&str]) -> PathBuf {
+    let out = dir.join(name);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new(ggml_lowbit::ab::fork::default_compiler())
+        .arg("-O2")
+        .arg(root.join(format!("tests/c/{source}.c")))
+        .args(args)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "cannot build {name}");
+    out
+}
+
+/// Runs `program` alone and preloaded with `GGML_LOWBIT_LOG=1` plus `env`: its stdout (every result's bits)
+/// must be the same; returns the preloaded run's stderr.
+fn same_output_preloaded(program: &std::path::Path, env: &[(&str, &str)]) -> String {
+    let alone = Command::new(program).output().expect("run the program");
+    assert!(alone.status.success());
+    let mut cmd = Command::new(program);
+    cmd.env("LD_PRELOAD", library()).env("GGML_LOWBIT_LOG", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let preloaded = cmd.output().expect("run the program preloaded");
+    let stderr = String::from_utf8_lossy(&preloaded.stderr).into_owned();
+    assert!(preloaded.status.success(), "{stderr}");
+    assert_eq!(alone.stdout.len(), 2000 * 9, "one line of bits per row");
+    let differing = String::from_utf8_lossy(&alone.stdout)
+        .lines()
+        .zip(String::from_utf8_lossy(&preloaded.stdout).lines())
+        .filter(|(a, b)| a != b)
+        .count();
+    assert_eq!(
+        differing, 0,
+        "results whose bits differ preloaded; {stderr}"
     );
+    stderr
+}
+
+/// A program with ggml linked in (a static build: `ggml_vec_dot_q2_0_q8_0` inside the executable, exported
+/// too): its calls bind inside it, so the library is never called; the same results, and the one line.
+#[test]
+fn a_ggml_linked_into_the_program_is_left_alone() {
+    let dir = std::env::temp_dir().join(format!("ggml-lowbit-test-{}-static", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let host = build_q2_0_host(
+        &dir,
+        "static_host",
+        &["-DWITH_DOT", "-DWITH_MAIN", "-fPIE", "-pie", "-rdynamic"],
+    );
+    let stderr = same_output_preloaded(&host, &[]);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("no ggml call reached it"), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A ggml with one of the symbols (`ggml_vec_dot_q2_0_q8_0` as a generic C our compiler built, NaN operand order
+/// its own) and none of the others: the library serves that symbol with the same bits on every row, NaN results
+/// included (2,000 rows, most with an infinite or NaN scale), at each instruction set and under verify.
+#[test]
+fn a_ggml_with_only_some_symbols_gets_its_own_bits() {
+    let dir = std::env::temp_dir().join(format!("ggml-lowbit-test-{}-partial", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    build_q2_0_host(
+        &dir,
+        "libpartialggml.so",
+        &["-DWITH_DOT", "-shared", "-fPIC"],
+    );
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let libdir = format!("-L{}", dir.display());
+    let host = build_q2_0_host(
+        &dir,
+        "partial_host",
+        &["-DWITH_MAIN", &libdir, "-lpartialggml", &rpath],
+    );
+    for isa in ["scalar", "avx2", "avx512"] {
+        let stderr = same_output_preloaded(&host, &[("GGML_LOWBIT_ISA", isa)]);
+        assert!(
+            stderr.contains("2000 calls served by ggml-lowbit"),
+            "{isa}: {stderr}"
+        );
+    }
+    let stderr = same_output_preloaded(&host, &[("GGML_LOWBIT_VERIFY", "1")]);
+    assert!(
+        stderr.contains("2000 calls compared with stock, 0 mismatches"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Builds `tests/c/{name}.c` with `defines` into a shared library in `dir`.
@@ -309,4 +420,56 @@ fn a_stock_q1_0_in_an_unmodelled_order_keeps_its_calls_and_the_rest_is_served() 
 #[test]
 fn a_stock_q2_0_in_an_unmodelled_order_keeps_its_calls_and_the_rest_is_served() {
     one_unmatched_format_goes_to_stock_alone("ggml_vec_dot_q2_0_q8_0");
+}
+
+/// Many threads make their first calls at once: `tests/c/vec_dot_host.c race` releases 32 threads together into
+/// every vec_dot of a stock CPU module loaded as a release llama.cpp loads it, with the library preloaded, so its
+/// configuration, the probe of stock and each symbol's direct path are first built under contention; then 100
+/// rows per thread and format, each result against stock's. Five fresh processes per stock build, with the
+/// library's own choices and with every format served (`GGML_LOWBIT_SERVE_ALL=1`, so every kernel runs).
+#[test]
+fn first_calls_from_many_threads_at_once_give_stocks_bits() {
+    let dir = std::env::temp_dir().join(format!("ggml-lowbit-test-{}-race", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let host = build_c(
+        &dir,
+        "vec_dot_host",
+        "vec_dot_host",
+        &["-pthread", "-ldl", "-lm"],
+    );
+    for order in FloatOrder::ALL {
+        let module = ggml_lowbit::stock::ensure_built(order)
+            .expect("stock build")
+            .join("libggml-cpu.so");
+        for serve_all in ["0", "1"] {
+            for run in 0..5 {
+                let out = Command::new(&host)
+                    .arg(&module)
+                    .args(["100", "race", "32"])
+                    .env("LD_PRELOAD", library())
+                    .env("GGML_LOWBIT_LOG", "1")
+                    .env("GGML_LOWBIT_SERVE_ALL", serve_all)
+                    .env_remove("GGML_LOWBIT_MATCH")
+                    .env_remove("GGML_LOWBIT_ISA")
+                    .output()
+                    .expect("run vec_dot_host");
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let what = format!("{} serve-all {serve_all} run {run}", order.name());
+                assert!(out.status.success(), "{what}: {text}");
+                assert!(
+                    text.contains("race: 32 threads, 28800 calls, 0 mismatches"),
+                    "{what}: {text}"
+                );
+                assert!(
+                    count_before(&text, "calls served by ggml-lowbit", "calls") > 0,
+                    "{what}: nothing served: {text}"
+                );
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

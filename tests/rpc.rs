@@ -1,89 +1,22 @@
 //! llama.cpp's RPC workers with the library: Debian's llama.cpp 0.7.0 (`ggml-rpc-server` from
 //! llama.cpp-tools-extra and the RPC backend of libggml0-backend-rpc, over ggml 0.27.0, fetched by
-//! `scripts/prebuilt-ggml.sh`) computes a tiny model's layers on two local workers. The greedy text is the same
-//! in one plain process, over plain workers, over preloaded workers and with the host preloaded too; each
-//! preloaded worker's log shows the library serving there. A worker that dies mid-run makes the host fail, and
-//! nothing hangs.
+//! `scripts/prebuilt-ggml.sh`) and the pinned tree's `haswell-rpc` build compute a tiny model's layers on two
+//! local workers. The greedy text (and, through `e2e --rpc`, the per-chunk perplexity) is the same in one plain
+//! process, over plain workers, over preloaded workers and with the host preloaded too; each preloaded worker's
+//! log shows the library serving there. A worker that dies mid-run makes the host fail, and nothing hangs.
 
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ggml_lowbit::ab::e2e::{self, Preload};
+use ggml_lowbit::ab::rpc::Worker;
 
 fn library() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
         .parent()
         .unwrap()
         .join("libggml_lowbit.so")
-}
-
-/// A port nothing listens on now (the kernel's choice for a bind to port 0).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free local port")
-}
-
-/// One `ggml-rpc-server` on 127.0.0.1, stopped by its pid when dropped (also when a test fails).
-struct Worker {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Worker {
-    fn start(tools: &Path, dir: &Path, name: &str, preload: bool) -> Worker {
-        let port = free_port();
-        let log = dir.join(format!("{name}.log"));
-        let mut cmd = Command::new(tools.join("ggml-rpc-server"));
-        cmd.args(["-H", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
-            .env_remove("LD_PRELOAD")
-            .env("GGML_LOWBIT_LOG", "1")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::create(dir.join(format!("{name}.err"))).unwrap());
-        if preload {
-            cmd.env("LD_PRELOAD", library());
-        }
-        let child = cmd.spawn().expect("start ggml-rpc-server");
-        let mut worker = Worker { child, port, log };
-        let start = Instant::now();
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = worker.child.try_wait() {
-                panic!("{name} exited ({status}): {}", worker.text());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "{name} never listened"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        worker
-    }
-
-    fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Everything the worker printed so far.
-    fn text(&self) -> String {
-        let err = self.log.with_extension("err");
-        format!(
-            "{}{}",
-            std::fs::read_to_string(&self.log).unwrap_or_default(),
-            std::fs::read_to_string(err).unwrap_or_default()
-        )
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn tools() -> Option<PathBuf> {
@@ -147,7 +80,8 @@ fn rpc_workers_with_the_library_keep_the_text_of_one_plain_process() {
             let workers: Vec<Worker> = (0..2)
                 .map(|i| {
                     let name = format!("{wtype}-{workers_preloaded}-{host_preloaded}-{i}");
-                    Worker::start(&tools, &dir, &name, workers_preloaded)
+                    Worker::start(&tools, &dir, &name, workers_preloaded.then_some(&*lib), 1)
+                        .unwrap_or_else(|e| panic!("{e}"))
                 })
                 .collect();
             let endpoints: Vec<String> = workers.iter().map(Worker::endpoint).collect();
@@ -188,7 +122,9 @@ fn a_worker_that_dies_mid_run_makes_the_host_fail_without_hanging() {
     let Some(tools) = tools() else { return };
     let dir = scratch("dies");
     let model = tiny_model(&dir, "q1_0");
-    let worker = Worker::start(&tools, &dir, "dying", true);
+    let lib = library();
+    let worker =
+        Worker::start(&tools, &dir, "dying", Some(&lib), 1).unwrap_or_else(|e| panic!("{e}"));
     let mut args = e2e::completion_args(&model, 1, 100_000);
     args.extend([
         "--rpc".into(),
@@ -236,5 +172,37 @@ fn a_worker_that_dies_mid_run_makes_the_host_fail_without_hanging() {
         !status.success(),
         "the host finished as if nothing happened: {err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ggml-lowbit-ab e2e --rpc 2` over the pinned tree's `haswell-rpc` build (compiled on first use): tiny Q2_0 and
+/// Q1_0 models, greedy text and per-chunk perplexity at micro-batches 1 and 33, identical in all four columns
+/// (one plain process, plain workers, preloaded workers, preloaded workers and host); every worker took every
+/// run and the library served in the preloaded ones only (the harness checks both and exits 1 otherwise).
+#[test]
+fn e2e_over_two_workers_of_the_pinned_tree_is_identical_in_every_column() {
+    let dir = scratch("e2e");
+    for wtype in ["q2_0", "q1_0"] {
+        let model = tiny_model(&dir, wtype);
+        let out = Command::new(env!("CARGO_BIN_EXE_ggml-lowbit-ab"))
+            .args(["e2e", "--build", "haswell-rpc", "--rpc", "2", "--no-bench"])
+            .args(["--ubatch", "1,33", "--model"])
+            .arg(&model)
+            .output()
+            .expect("run the harness");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        println!("{wtype}:\n{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{wtype}: {stdout}");
+        assert_eq!(stdout.matches("identical text").count(), 1, "{stdout}");
+        assert_eq!(
+            stdout.matches("identical per-chunk values").count(),
+            2,
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("every worker took every run; served in the preloaded ones only"),
+            "{stdout}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,8 +2,8 @@
 //!
 //! A "subject" is one implementation of the exported symbols: the rlib's kernels at one instruction set, or
 //! the built `libggml_lowbit.so` loaded with libloading. Every case runs stock once and every subject on the
-//! same inputs. Results must be bit-identical; the one allowance is that two NaN floats count as equal (their
-//! count is reported). Output buffers carry a sentinel past the last whole block, compared too, so writing past
+//! same inputs. Results must be bit-identical, NaN results included: a NaN whose bits differ from stock's is a
+//! mismatch like any other (the report also counts those apart, and how many NaN results matched). Output buffers carry a sentinel past the last whole block, compared too, so writing past
 //! what stock writes is a mismatch.
 //!
 //! In two cases of three our subjects read those inputs from copies placed against an inaccessible page
@@ -24,7 +24,7 @@ use crate::formats::iq2_xxs::BlockIQ2XXS;
 use crate::formats::iq3_s::BlockIQ3S;
 use crate::formats::iq3_xxs::BlockIQ3XXS;
 use crate::formats::{blocks, blocks_mut, RawBlock};
-use crate::interpose::IQ_SYMBOLS;
+use crate::interpose::{BlockCount, IQ_SYMBOLS};
 use crate::stock::{DequantizeRowFn, QuantizeRowFn, StockLib, VecDotFn};
 use crate::tiles::Rows;
 use crate::FloatOrder;
@@ -421,7 +421,7 @@ impl Subject {
     fn dequantize_q1_0(&self, x: &[u8], y: &mut [f32], k: i64) {
         match self {
             Subject::Kernels(kern) => {
-                let nb = (k.max(0) / 128) as usize;
+                let nb = BlockCount::Int.of(k, 128);
                 kern.dequantize_row_q1_0(blocks(&x[..nb * Q1_0_BYTES]), &mut y[..nb * 128])
             }
             // SAFETY: `x` holds `k/128` blocks and `y` room for `k` floats (the case builder's sizes).
@@ -434,7 +434,7 @@ impl Subject {
     fn quantize(&self, x: &[f32], y: &mut [u8], k: i64) {
         match self {
             Subject::Kernels(kern) => {
-                let nb = (k.max(0) / 32) as usize;
+                let nb = BlockCount::Int.of(k, 32);
                 kern.quantize_row_q8_0(&x[..nb * 32], blocks_mut(&mut y[..nb * Q8_0_BYTES]))
             }
             // SAFETY: `x` holds at least `k` floats and `y` room for `k/32` blocks (the case builder's sizes).
@@ -460,7 +460,7 @@ impl Subject {
     fn dequantize(&self, x: &[u8], y: &mut [f32], k: i64) {
         match self {
             Subject::Kernels(kern) => {
-                let nb = (k.max(0) / 64) as usize;
+                let nb = BlockCount::Int.of(k, 64);
                 kern.dequantize_row_q2_0(blocks(&x[..nb * Q2_0_BYTES]), &mut y[..nb * 64])
             }
             // SAFETY: `x` holds `k/64` blocks and `y` room for `k` floats (the case builder's sizes).
@@ -530,7 +530,7 @@ struct MulMatShape {
 impl Subject {
     /// The tile export of `sh.format` on `x` and `y` laid out as `sh`; the output with its sentinel gaps.
     fn mul_mat(&self, sh: MulMatShape, x: &[u8], y: &[u8]) -> Vec<f32> {
-        let mut out = vec![f32::from_bits(0x7fa5_a5a5); sh.cols * sh.bs];
+        let mut out = vec![SENTINEL; sh.cols * sh.bs];
         let (per, act_bytes) = sh.format.act_per_block();
         match self {
             Subject::Kernels(k) => {
@@ -635,7 +635,7 @@ fn mul_mat_case(
         TileFormat::Tq2_0 => st.vec_dot_tq2_0_q8_k,
         TileFormat::Tq1_0 => st.vec_dot_tq1_0_q8_k,
     };
-    let mut want = vec![f32::from_bits(0x7fa5_a5a5); cols * sh.bs];
+    let mut want = vec![SENTINEL; cols * sh.bs];
     for c in 0..cols {
         for r in 0..rows {
             let (xa, ya) = (r * sh.xs * bytes, c * sh.ys * act_bytes);
@@ -654,7 +654,7 @@ fn mul_mat_case(
         names.label(format.symbol(), case, side, j);
         let got = s.mul_mat(sh, gx, gy);
         let (o, at) = compare_f32(&got, &want);
-        let describe = if o == Outcome::Differ {
+        let describe = if matches!(o, Outcome::Differ | Outcome::DifferNan) {
             format!(
                 "case {case}: {sh:?}: element {at} (row {}, column {}): ours {:e} stock {:e}",
                 at % sh.bs,
@@ -728,7 +728,7 @@ impl SubjectNames {
 }
 
 fn call_vec_dot(f: VecDotFn, n: i32, x: &[u8], y: &[u8], nrc: i32) -> f32 {
-    let mut s = f32::from_bits(0x7fa5_a5a5);
+    let mut s = SENTINEL;
     // SAFETY: `x` and `y` hold the blocks of `n` weights and `n/32` q8_0 blocks the symbol reads; `s` is a
     // valid output.
     unsafe {
@@ -766,7 +766,10 @@ pub struct SymbolReport {
     pub subject: String,
     pub cases: u64,
     pub mismatches: u64,
-    pub nan_pairs: u64,
+    /// Mismatches where both results are NaNs (with different bits); counted in `mismatches` too.
+    pub nan_mismatches: u64,
+    /// NaN results whose bits matched stock's.
+    pub nan_equal: u64,
     pub first_mismatch: Option<String>,
 }
 
@@ -775,9 +778,10 @@ impl SymbolReport {
         self.cases += 1;
         match outcome {
             Outcome::Equal => {}
-            Outcome::BothNan => self.nan_pairs += 1,
-            Outcome::Differ => {
+            Outcome::EqualNan => self.nan_equal += 1,
+            Outcome::Differ | Outcome::DifferNan => {
                 self.mismatches += 1;
+                self.nan_mismatches += u64::from(outcome == Outcome::DifferNan);
                 if self.first_mismatch.is_none() {
                     self.first_mismatch = Some(describe());
                 }
@@ -789,23 +793,42 @@ impl SymbolReport {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Equal,
-    BothNan,
+    /// Equal bits, and a NaN among the results.
+    EqualNan,
     Differ,
+    /// Different bits, where every differing pair is two NaNs.
+    DifferNan,
+}
+
+/// What output slots hold before a call: a NaN no kernel computes, so a slot left unwritten (or written past
+/// what stock writes) shows; not counted as a NaN result.
+const SENTINEL: f32 = f32::from_bits(0x7fa5_a5a5);
+
+/// A result as a mismatch line shows it: the value and its bits (which tell two NaNs apart).
+fn show(v: f32) -> String {
+    format!("{v:e} ({:#010x})", v.to_bits())
 }
 
 fn compare_f32(ours: &[f32], stock: &[f32]) -> (Outcome, usize) {
-    let mut outcome = Outcome::Equal;
+    let mut first_differing = None;
+    let mut numbers_differ = false;
     for (i, (a, b)) in ours.iter().zip(stock).enumerate() {
-        if a.to_bits() == b.to_bits() {
-            continue;
-        }
-        if a.is_nan() && b.is_nan() {
-            outcome = Outcome::BothNan;
-        } else {
-            return (Outcome::Differ, i);
+        if a.to_bits() != b.to_bits() {
+            first_differing.get_or_insert(i);
+            numbers_differ |= !(a.is_nan() && b.is_nan());
         }
     }
-    (outcome, 0)
+    match first_differing {
+        Some(i) if numbers_differ => (Outcome::Differ, i),
+        Some(i) => (Outcome::DifferNan, i),
+        None if stock
+            .iter()
+            .any(|v| v.is_nan() && v.to_bits() != SENTINEL.to_bits()) =>
+        {
+            (Outcome::EqualNan, 0)
+        }
+        None => (Outcome::Equal, 0),
+    }
 }
 
 /// Runs `cases` cases of every symbol against `stock` for each subject. `tick` is called once per case.
@@ -859,9 +882,9 @@ pub fn run(
                 let (o, _) = compare_f32(&[got], &[want]);
                 reports[k].record(o, || {
                     format!(
-                        "case {case}: n={n}: ours {got:e} ({:#010x}) stock {want:e} ({:#010x})",
-                        got.to_bits(),
-                        want.to_bits()
+                        "case {case}: n={n}: ours {} stock {}",
+                        show(got),
+                        show(want)
                     )
                 });
             }
@@ -958,7 +981,7 @@ pub fn run(
             let k = nb * 64 + tail;
             let mut x = Unaligned::new(nb * Q2_0_BYTES, gen.rng.gen_range(0..64));
             gen.q2_0_row(nb, x.bytes_mut());
-            let sentinel = f32::from_bits(0x7fa5_a5a5);
+            let sentinel = SENTINEL;
             let mut want = vec![sentinel; nb * 64 + 64];
             // SAFETY: `x` has `k/64` blocks, `want` room for them plus a sentinel block.
             unsafe {
@@ -977,8 +1000,9 @@ pub fn run(
                 let (o, at) = compare_f32(&got, &want);
                 reports[2 * per_symbol + j].record(o, || {
                     format!(
-                        "case {case}: k={k}: value {at}: ours {:e} stock {:e}",
-                        got[at], want[at]
+                        "case {case}: k={k}: value {at}: ours {} stock {}",
+                        show(got[at]),
+                        show(want[at])
                     )
                 });
             }
@@ -1006,9 +1030,9 @@ pub fn run(
                 let (o, _) = compare_f32(&[got], &[want]);
                 reports[4 * per_symbol + j].record(o, || {
                     format!(
-                        "case {case}: n={n}: ours {got:e} ({:#010x}) stock {want:e} ({:#010x})",
-                        got.to_bits(),
-                        want.to_bits()
+                        "case {case}: n={n}: ours {} stock {}",
+                        show(got),
+                        show(want)
                     )
                 });
             }
@@ -1024,7 +1048,7 @@ pub fn run(
             let k = nb * 128 + tail;
             let mut x = Unaligned::new(nb * Q1_0_BYTES, gen.rng.gen_range(0..64));
             gen.q1_0_row(nb, x.bytes_mut());
-            let sentinel = f32::from_bits(0x7fa5_a5a5);
+            let sentinel = SENTINEL;
             let mut want = vec![sentinel; nb * 128 + 128];
             // SAFETY: `x` has `k/128` blocks, `want` room for them plus a sentinel block.
             unsafe {
@@ -1043,8 +1067,9 @@ pub fn run(
                 let (o, at) = compare_f32(&got, &want);
                 reports[5 * per_symbol + j].record(o, || {
                     format!(
-                        "case {case}: k={k}: value {at}: ours {:e} stock {:e}",
-                        got[at], want[at]
+                        "case {case}: k={k}: value {at}: ours {} stock {}",
+                        show(got[at]),
+                        show(want[at])
                     )
                 });
             }
@@ -1075,9 +1100,9 @@ pub fn run(
                 let (o, _) = compare_f32(&[got], &[want]);
                 reports[at + j].record(o, || {
                     format!(
-                        "case {case}: n={n}: ours {got:e} ({:#010x}) stock {want:e} ({:#010x})",
-                        got.to_bits(),
-                        want.to_bits()
+                        "case {case}: n={n}: ours {} stock {}",
+                        show(got),
+                        show(want)
                     )
                 });
             }
@@ -1085,7 +1110,7 @@ pub fn run(
             // dequantize_row_*
             let nb = nb.min(16);
             let k = nb * 256 + tail;
-            let sentinel = f32::from_bits(0x7fa5_a5a5);
+            let sentinel = SENTINEL;
             let mut want = vec![sentinel; nb * 256 + 256];
             // SAFETY: `x` has at least `k/256` blocks, `want` room for them plus a sentinel block.
             unsafe {
@@ -1103,13 +1128,170 @@ pub fn run(
                 let (o, at_value) = compare_f32(&got, &want);
                 reports[at + per_symbol + j].record(o, || {
                     format!(
-                        "case {case}: k={k}: value {at_value}: ours {:e} stock {:e}",
-                        got[at_value], want[at_value]
+                        "case {case}: k={k}: value {at_value}: ours {} stock {}",
+                        show(got[at_value]),
+                        show(want[at_value])
                     )
                 });
             }
         }
         tick();
     }
+    lengths_ggml_never_passes(&st, subjects, |symbol, j, o, d| {
+        reports[symbol_index(symbol) * per_symbol + j].record(o, || d)
+    });
     Ok(reports)
+}
+
+/// The `n` of every vec_dot in `lengths_ggml_never_passes`: each one more case of the symbol.
+pub const ODD_N: [i32; 7] = [0, -1, -64, -65, -(1 << 20), i32::MIN + 1, i32::MIN];
+/// The `k` of every quantizer and dequantizer there.
+pub const ODD_K: [i64; 8] = [0, -1, -32, -256, -(1 << 40), i64::MIN + 1, i64::MIN, 31];
+
+/// Row lengths ggml never passes, once per run through every subject and every vec_dot, dequantizer and
+/// quantizer: zero, negative (down to the type's minimum) and shorter than one block. Stock reads nothing and
+/// writes `0.0` (a dot product) or nothing (the others); ours must do the same: the same float bits, the output
+/// buffer's sentinels untouched.
+fn lengths_ggml_never_passes(
+    st: &CSymbols,
+    subjects: &[Subject],
+    mut record: impl FnMut(&str, usize, Outcome, String),
+) {
+    // Stock reads whole blocks of real bytes should it read; ours reads empty slices that end at an inaccessible
+    // page (`guard.rs`), so a read faults and names the case. (k = −2⁶³ + 1 is one block for the symbols that
+    // count in an `int`, `BlockCount`: those read real bytes.)
+    let (x, y) = (&vec![0x55u8; 512][..], &vec![0x11u8; 2048][..]);
+    let floats = &vec![1.5f32; 512][..];
+    let mut guards = [(); 3].map(|_| GuardedRegion::new(4096));
+    let [guard_x, guard_y, guard_f] = &mut guards;
+    let (gx, gy) = (
+        &*guard_x.place(&[], Side::After),
+        &*guard_y.place(&[], Side::After),
+    );
+    let g_floats = &*as_floats(guard_f.place(&[], Side::After));
+    let mut check_dot = |symbol: &str, want: f32, got: &dyn Fn(&Subject) -> f32, n: i32| {
+        for (j, s) in subjects.iter().enumerate() {
+            let got = got(s);
+            let (o, _) = compare_f32(&[got], &[want]);
+            record(
+                symbol,
+                j,
+                o,
+                format!("n={n}: ours {} stock {}", show(got), show(want)),
+            );
+        }
+    };
+    for n in ODD_N {
+        let want = call_vec_dot(st.vec_dot_q2_0_q8_0, n, x, y, 1);
+        check_dot(
+            "ggml_vec_dot_q2_0_q8_0",
+            want,
+            &|s| s.vec_dot(n, gx, gy, 1),
+            n,
+        );
+        let want = call_vec_dot(st.vec_dot_q1_0_q8_0, n, x, y, 1);
+        check_dot(
+            "ggml_vec_dot_q1_0_q8_0",
+            want,
+            &|s| s.vec_dot_q1_0(n, gx, gy, 1),
+            n,
+        );
+        for f in KFormat::ALL {
+            let want = call_vec_dot(st.k_format(f).0, n, x, y, 1);
+            check_dot(
+                f.vec_dot_symbol(),
+                want,
+                &|s| s.vec_dot_k(f, n, gx, gy, 1),
+                n,
+            );
+        }
+    }
+    // The outputs as bytes: sentinels where nothing may be written.
+    let fresh = || vec![SENTINEL; 4096];
+    let bytes = |v: &[f32]| float_bytes(v).to_vec();
+    for k in ODD_K {
+        let one_block = BlockCount::Int.of(k, 32) > 0;
+        let (x, floats) = if one_block {
+            (x, floats)
+        } else {
+            (gx, g_floats)
+        };
+        // (symbol, what a subject writes, what stock wrote)
+        type Output<'a> = (&'a str, Box<dyn Fn(&Subject) -> Vec<u8> + 'a>, Vec<u8>);
+        let mut outputs: Vec<Output> = Vec::new();
+        let mut want = fresh();
+        // SAFETY (each stock call below): `x` and `floats` hold one block or more of every format, the outputs
+        // room for a whole block, and `k` asks for no whole block.
+        unsafe { (st.dequantize_row_q2_0)(x.as_ptr().cast(), want.as_mut_ptr(), k) };
+        outputs.push((
+            "dequantize_row_q2_0",
+            Box::new(|s: &Subject| {
+                let mut got = fresh();
+                s.dequantize(x, &mut got, k);
+                bytes(&got)
+            }),
+            bytes(&want),
+        ));
+        let mut want = fresh();
+        unsafe { (st.dequantize_row_q1_0)(x.as_ptr().cast(), want.as_mut_ptr(), k) };
+        outputs.push((
+            "dequantize_row_q1_0",
+            Box::new(|s: &Subject| {
+                let mut got = fresh();
+                s.dequantize_q1_0(x, &mut got, k);
+                bytes(&got)
+            }),
+            bytes(&want),
+        ));
+        for f in KFormat::ALL {
+            let mut want = fresh();
+            unsafe { (st.k_format(f).1)(x.as_ptr().cast(), want.as_mut_ptr(), k) };
+            outputs.push((
+                f.dequantize_symbol(),
+                Box::new(move |s: &Subject| {
+                    let mut got = fresh();
+                    s.dequantize_k(f, x, &mut got, k);
+                    bytes(&got)
+                }),
+                bytes(&want),
+            ));
+        }
+        let mut want = vec![0xaau8; 8192];
+        unsafe { (st.quantize_row_q8_0)(floats.as_ptr(), want.as_mut_ptr().cast(), k) };
+        outputs.push((
+            "quantize_row_q8_0",
+            Box::new(|s: &Subject| {
+                let mut got = vec![0xaau8; 8192];
+                s.quantize(floats, &mut got, k);
+                got
+            }),
+            want,
+        ));
+        let mut want = vec![0xaau8; 8192];
+        unsafe { (st.quantize_row_q8_k)(floats.as_ptr(), want.as_mut_ptr().cast(), k) };
+        outputs.push((
+            "quantize_row_q8_K",
+            Box::new(|s: &Subject| {
+                let mut got = vec![0xaau8; 8192];
+                s.quantize_k(floats, &mut got, k);
+                got
+            }),
+            want,
+        ));
+        for (symbol, ours, want) in &outputs {
+            for (j, s) in subjects.iter().enumerate() {
+                let o = if ours(s) == *want {
+                    Outcome::Equal
+                } else {
+                    Outcome::Differ
+                };
+                record(
+                    symbol,
+                    j,
+                    o,
+                    format!("k={k}: the output differs from stock's"),
+                );
+            }
+        }
+    }
 }

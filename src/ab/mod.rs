@@ -7,4 +7,5 @@ pub mod fork;
 pub mod guard;
 pub mod prebuilt;
 pub mod results;
+pub mod rpc;
 pub mod speed;

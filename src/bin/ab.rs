@@ -71,6 +71,9 @@ enum E2eBuild {
     /// The pinned tree built for this CPU (`GGML_NATIVE=ON`): the strongest stock build a user can make here,
     /// compiled on first use (minutes), the yardstick for `--reference` models.
     Native,
+    /// The pinned tree's haswell build with llama.cpp's RPC backend and `ggml-rpc-server` (`GGML_RPC=ON`,
+    /// compiled on first use), for `--rpc`.
+    HaswellRpc,
 }
 
 impl E2eBuild {
@@ -93,6 +96,7 @@ impl E2eBuild {
             E2eBuild::X64 => vec!["x64"],
             E2eBuild::HaswellDl => vec!["haswell-dl"],
             E2eBuild::Native => vec!["native"],
+            E2eBuild::HaswellRpc => vec!["haswell-rpc"],
             E2eBuild::DebianLlamaCpp => vec![ggml_lowbit::ab::e2e::DEBIAN_TOOLS],
             E2eBuild::Matrix => vec![
                 "haswell",
@@ -228,6 +232,11 @@ enum Command {
         /// without the library, and the model's columns are given as multiples of it.
         #[arg(long, value_delimiter = ',')]
         reference: Vec<PathBuf>,
+        /// Run every check through this many local `ggml-rpc-server` workers (`--build haswell-rpc` or
+        /// `debian-llama.cpp-0.7.0`), `--threads` threads each (default 1): one plain process, plain workers,
+        /// preloaded workers, and preloaded workers with a preloaded host, compared (`docs/rpc.md`).
+        #[arg(long, value_parser = at_least_one())]
+        rpc: Option<usize>,
         #[arg(long)]
         lib: Option<PathBuf>,
     },
@@ -337,6 +346,39 @@ fn main() -> ExitCode {
             tg,
             bench_rounds,
             reference,
+            rpc: Some(workers),
+            lib,
+        } => {
+            if !reference.is_empty() {
+                Err("--reference does not go with --rpc".into())
+            } else {
+                cmd_e2e_rpc(
+                    &model,
+                    build,
+                    (workers, threads.unwrap_or(1)),
+                    (n_predict, ppl_chunks, &ubatch),
+                    (!no_bench).then_some(BenchPlan {
+                        pp,
+                        tg,
+                        rounds: bench_rounds,
+                    }),
+                    lib,
+                )
+            }
+        }
+        Command::E2e {
+            model,
+            build,
+            threads,
+            n_predict,
+            ppl_chunks,
+            ubatch,
+            no_bench,
+            pp,
+            tg,
+            bench_rounds,
+            reference,
+            rpc: None,
             lib,
         } => cmd_e2e(
             &model,
@@ -820,6 +862,285 @@ fn cmd_e2e(
 }
 
 #[derive(Tabled)]
+struct RpcLine {
+    check: String,
+    #[tabled(rename = "one plain process")]
+    alone: String,
+    #[tabled(rename = "plain workers")]
+    plain: String,
+    #[tabled(rename = "preloaded workers")]
+    workers: String,
+    #[tabled(rename = "preloaded workers and host")]
+    all: String,
+    result: String,
+}
+
+/// `e2e --rpc N`: each check in one plain process (with N × `threads` threads), then through N local workers
+/// of `threads` threads each: plain, preloaded, and preloaded with a preloaded host. The text, the per-chunk
+/// perplexity and (unless `bench` is `None`) llama-bench's rates, interleaved by rounds; the tiny model's decode
+/// over the same workers measures what the RPC path costs per token. Exit 1 on any difference.
+fn cmd_e2e_rpc(
+    model: &Path,
+    build: E2eBuild,
+    (workers, threads): (usize, usize),
+    (n_predict, ppl_chunks, ubatch): (usize, usize, &[usize]),
+    bench: Option<BenchPlan>,
+    lib: Option<PathBuf>,
+) -> Result<ExitCode> {
+    use ggml_lowbit::ab::e2e::{self, Preload, ToolRun};
+    use ggml_lowbit::ab::rpc;
+    let variant = match build {
+        E2eBuild::HaswellRpc => "haswell-rpc",
+        E2eBuild::DebianLlamaCpp => e2e::DEBIAN_TOOLS,
+        _ => return Err(
+            "--rpc needs a build with ggml-rpc-server: --build haswell-rpc (the pinned tree with \
+                        GGML_RPC=ON, compiled on first use) or debian-llama.cpp-0.7.0"
+                .into(),
+        ),
+    };
+    if e2e::check_model(model)? == e2e::ModelKind::Fork {
+        return Err("--rpc runs mainline models (the stand-in fork has no RPC build)".into());
+    }
+    let model = std::fs::canonicalize(model).map_err(|e| format!("{}: {e}", model.display()))?;
+    let lib = default_lib(lib)?;
+    {
+        // SAFETY: loading our own library runs no initialisers with preconditions.
+        let l = unsafe { libloading::Library::new(&lib) }
+            .map_err(|e| format!("cannot load {}: {e}", lib.display()))?;
+        check_fresh(&l, &lib)?;
+    }
+    let lib = std::fs::canonicalize(&lib).map_err(|e| e.to_string())?;
+    let dir = e2e::tools_dir(variant)?;
+    let scratch = std::env::temp_dir().join(format!("ggml-lowbit-rpc-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+    let text = scratch.join("perplexity.txt");
+    std::fs::write(&text, e2e::perplexity_text()).map_err(|e| e.to_string())?;
+    let (plain, plain_at) = rpc::start_workers(&dir, &scratch, "plain", (workers, threads), None)?;
+    let (ours, ours_at) =
+        rpc::start_workers(&dir, &scratch, "preloaded", (workers, threads), Some(&lib))?;
+    let alone_threads = workers * threads;
+    // The four columns of one check; `args(t)` the tool's arguments for `t` threads.
+    let four =
+        |tool: &str, args: &dyn Fn(usize) -> Vec<String>, timing: bool| -> Result<[ToolRun; 4]> {
+            let host = || {
+                Some(Preload {
+                    lib: Some(lib.as_path()),
+                    env: e2e::WITH_HOOK,
+                })
+            };
+            Ok([
+                e2e::run_tool(&dir, tool, &args(alone_threads), None, timing)?,
+                e2e::run_tool(
+                    &dir,
+                    tool,
+                    &rpc::over_workers(&args(threads), &plain_at),
+                    None,
+                    timing,
+                )?,
+                e2e::run_tool(
+                    &dir,
+                    tool,
+                    &rpc::over_workers(&args(threads), &ours_at),
+                    None,
+                    timing,
+                )?,
+                e2e::run_tool(
+                    &dir,
+                    tool,
+                    &rpc::over_workers(&args(threads), &ours_at),
+                    host(),
+                    timing,
+                )?,
+            ])
+        };
+    let verdict = |same: bool, what: &str| {
+        if same {
+            what.to_string()
+        } else {
+            "DIFFERENT".to_string()
+        }
+    };
+    let mut lines = Vec::new();
+    let mut ok = true;
+    let runs = four(
+        "llama-completion",
+        &|t| e2e::completion_args(&model, t, n_predict),
+        false,
+    )?;
+    let same = runs.iter().all(|r| r.stdout == runs[0].stdout);
+    ok &= same;
+    let cell = |r: &ToolRun| short(&r.stdout, 24);
+    lines.push(RpcLine {
+        check: format!("llama-completion, greedy, {n_predict} tokens"),
+        alone: cell(&runs[0]),
+        plain: cell(&runs[1]),
+        workers: cell(&runs[2]),
+        all: format!(
+            "{} ({} calls on the host)",
+            cell(&runs[3]),
+            e2e::served_calls(&runs[3])
+        ),
+        result: verdict(same, "identical text"),
+    });
+    for &ub in if ppl_chunks > 0 { ubatch } else { &[] } {
+        let runs = four(
+            "llama-perplexity",
+            &|t| e2e::perplexity_args(&model, &text, t, ppl_chunks, ub),
+            false,
+        )?;
+        let values: Vec<_> = runs.iter().map(e2e::perplexity_values).collect();
+        let same = !values[0].0.is_empty() && values.iter().all(|v| *v == values[0]);
+        ok &= same;
+        let est = |i: usize| values[i].1.clone().unwrap_or_else(|| "no estimate".into());
+        lines.push(RpcLine {
+            check: format!(
+                "llama-perplexity, {} chunks of 128, ubatch {ub}",
+                values[0].0.len()
+            ),
+            alone: est(0),
+            plain: est(1),
+            workers: est(2),
+            all: est(3),
+            result: verdict(same, "identical per-chunk values"),
+        });
+    }
+    // Each worker's log: it took every run's connection (the host computed on it), and the library configured
+    // itself in the preloaded ones only.
+    let runs = 1 + if ppl_chunks > 0 { ubatch.len() } else { 0 };
+    let took_every_run = plain.iter().all(|w| w.connections() >= runs)
+        && ours.iter().all(|w| w.connections() >= 2 * runs);
+    let on: Vec<bool> = plain
+        .iter()
+        .chain(&ours)
+        .map(rpc::Worker::library_on)
+        .collect();
+    let logs_right =
+        took_every_run && on[..workers].iter().all(|&o| !o) && on[workers..].iter().all(|&o| o);
+    ok &= logs_right;
+    lines.push(RpcLine {
+        check: format!("the library in the workers' logs ({workers} per column)"),
+        alone: "-".into(),
+        plain: format!(
+            "{} of {workers}",
+            on[..workers].iter().filter(|&&o| o).count()
+        ),
+        workers: format!(
+            "{} of {workers}",
+            on[workers..].iter().filter(|&&o| o).count()
+        ),
+        all: "(the same workers)".into(),
+        result: verdict(
+            logs_right,
+            "every worker took every run; served in the preloaded ones only",
+        ),
+    });
+    if let Some(plan) = bench {
+        // Rounds of the four columns in turn, then the tiny model alone and over the plain workers (the cost of
+        // the RPC path per token: its compute is negligible). Medians per column.
+        let tiny = scratch.join("tiny.gguf");
+        let tiny_preset = ggml_lowbit::model::preset("tiny").expect("a preset");
+        ggml_lowbit::model::write_model(
+            &tiny,
+            tiny_preset,
+            ggml_lowbit::model::WeightType::Q2_0,
+            7,
+        )?;
+        let mut rates: Vec<[(f64, f64); 4]> = Vec::new();
+        let mut tiny_rates: Vec<(f64, f64)> = Vec::new();
+        for _ in 0..plan.rounds {
+            let runs = four(
+                "llama-bench",
+                &|t| e2e::bench_args(&model, t, plan.pp, plan.tg),
+                true,
+            )?;
+            let r: Vec<(f64, f64)> = runs.iter().map(e2e::bench_rates).collect::<Result<_>>()?;
+            rates.push([r[0], r[1], r[2], r[3]]);
+            let args = e2e::bench_args(&tiny, threads, plan.pp, plan.tg);
+            let alone = e2e::run_tool(&dir, "llama-bench", &args, None, true)?;
+            let over = e2e::run_tool(
+                &dir,
+                "llama-bench",
+                &rpc::over_workers(&args, &plain_at),
+                None,
+                true,
+            )?;
+            tiny_rates.push((e2e::bench_rates(&alone)?.1, e2e::bench_rates(&over)?.1));
+        }
+        let middle = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let median = |c: usize, tg: bool| {
+            middle(
+                rates
+                    .iter()
+                    .map(|r| if tg { r[c].1 } else { r[c].0 })
+                    .collect(),
+            )
+        };
+        for (test, tg) in [
+            (format!("pp{}", plan.pp), false),
+            (format!("tg{}", plan.tg), true),
+        ] {
+            let base = median(1, tg);
+            let cell =
+                |c: usize| format!("{:.2} tok/s ({:.2}x)", median(c, tg), median(c, tg) / base);
+            lines.push(RpcLine {
+                check: format!("llama-bench {test}, median of {} round(s)", plan.rounds),
+                alone: format!("{:.2} tok/s, {alone_threads} thread(s)", median(0, tg)),
+                plain: format!("{:.2} tok/s", base),
+                workers: cell(2),
+                all: cell(3),
+                result: "speed (x: against plain workers)".into(),
+            });
+        }
+        // Per token: the tiny model's decode over workers against alone is the RPC path's own cost; the model's
+        // gap between plain workers and one process, how much of it that cost is.
+        let (tiny_alone, tiny_over) = (
+            middle(tiny_rates.iter().map(|r| r.0).collect()),
+            middle(tiny_rates.iter().map(|r| r.1).collect()),
+        );
+        let per_token_ms = 1e3 * (1.0 / tiny_over - 1.0 / tiny_alone);
+        let gap_ms = 1e3 * (1.0 / median(1, true) - 1.0 / median(0, true));
+        lines.push(RpcLine {
+            check: format!("RPC cost per token: tiny model tg{} over {workers} plain workers vs alone", plan.tg),
+            alone: format!("{tiny_alone:.1} tok/s"),
+            plain: format!("{tiny_over:.1} tok/s: {per_token_ms:.2} ms per token"),
+            workers: "-".into(),
+            all: "-".into(),
+            result: if gap_ms > 0.0 {
+                format!(
+                    "the model's gap to one process: {gap_ms:.2} ms per token, {:.0} % of it the RPC path",
+                    100.0 * per_token_ms / gap_ms
+                )
+            } else {
+                format!("no gap to one process ({gap_ms:.2} ms per token)")
+            },
+        });
+    }
+    drop((plain, ours));
+    let _ = std::fs::remove_dir_all(&scratch);
+    println!(
+        "model: {}; {variant}; {workers} worker(s) on 127.0.0.1, {threads} thread(s) each",
+        model.display()
+    );
+    println!("{}", Table::new(&lines).with(Style::markdown()));
+    println!(
+        "e2e --rpc: {}",
+        if ok {
+            "identical outputs in every column"
+        } else {
+            "OUTPUTS DIFFER"
+        }
+    );
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+#[derive(Tabled)]
 struct GraphLine {
     build: String,
     #[tabled(rename = "ggml, variant")]
@@ -963,8 +1284,10 @@ struct BitsLine {
     subject: String,
     cases: u64,
     mismatches: u64,
-    #[tabled(rename = "NaN pairs")]
-    nan_pairs: u64,
+    #[tabled(rename = "of which NaN bits")]
+    nan_mismatches: u64,
+    #[tabled(rename = "NaN results equal")]
+    nan_equal: u64,
 }
 
 fn cmd_bits(
@@ -1160,7 +1483,8 @@ fn report_bits(all: &[SymbolReport]) -> ExitCode {
             subject: r.subject.clone(),
             cases: r.cases,
             mismatches: r.mismatches,
-            nan_pairs: r.nan_pairs,
+            nan_mismatches: r.nan_mismatches,
+            nan_equal: r.nan_equal,
         })
         .collect();
     println!("{}", Table::new(lines).with(Style::markdown()));

@@ -59,10 +59,17 @@ pub fn dequantize_row_iq_model<B: IqBlock>(x: &[B], y: &mut [f32]) {
     }
 }
 
-/// The scalar `d = f16(x.d)·y.d` both builds compute per block.
+/// The scalar `d = f16(x.d)·y.d` both builds compute per block: its value, for the kernels (where it is a NaN,
+/// the dispatcher takes the model's result instead).
 #[inline(always)]
 pub fn block_scale<B: IqBlock>(x: &B, y: &BlockQ8K) -> f32 {
     F16_TO_F32_TABLE[x.d_bits() as usize] * y.d()
+}
+
+/// `block_scale` with the builds' NaN: `mulss` with `f16(x.d)` first.
+#[inline(always)]
+fn model_block_scale<B: IqBlock>(x: &B, y: &BlockQ8K) -> f32 {
+    crate::x86_float::mul(F16_TO_F32_TABLE[x.d_bits() as usize], y.d())
 }
 
 /// The x64 build's exact integer sum of one block.
@@ -83,7 +90,10 @@ pub fn x64_block_sum<B: IqBlock>(x: &B, y: &BlockQ8K) -> i32 {
 pub fn vec_dot_iq_q8_k_x64_model<B: IqBlock>(x: &[B], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0f32;
     for (xb, yb) in x.iter().zip(y) {
-        sumf += block_scale(xb, yb) * x64_block_sum(xb, yb) as f32;
+        sumf = crate::x86_float::add(
+            sumf,
+            model_block_scale(xb, yb) * x64_block_sum(xb, yb) as f32,
+        );
     }
     B::OUTPUT_SCALE * sumf
 }
@@ -107,10 +117,10 @@ pub fn haswell_block_lanes<B: IqBlock>(x: &B, y: &BlockQ8K) -> [i32; 8] {
 pub fn vec_dot_iq_q8_k_haswell_model<B: IqBlock>(x: &[B], y: &[BlockQ8K]) -> f32 {
     let mut acc = [0f32; 8];
     for (xb, yb) in x.iter().zip(y) {
-        let d = block_scale(xb, yb);
+        let d = model_block_scale(xb, yb);
         let lanes = haswell_block_lanes(xb, yb);
         for l in 0..8 {
-            acc[l] = d.mul_add(lanes[l] as f32, acc[l]);
+            acc[l] = crate::x86_float::fmadd(d, lanes[l] as f32, acc[l]);
         }
     }
     B::OUTPUT_SCALE * hsum_float_8(acc)

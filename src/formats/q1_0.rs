@@ -14,7 +14,6 @@
 //!   `hsum_float_8(acc) = ((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))`. The sign is applied to bytes
 //!   (`(q ^ m) − m`), so a cleared bit against q = −128 gives −128, not +128.
 
-use super::pq2_0::pq2_0_block_chain;
 use super::q8_0::{BlockQ8_0, QK8_0};
 use crate::fp16::GgmlHalf;
 
@@ -82,6 +81,7 @@ pub fn quarter_lanes_wrapping(x: &BlockQ1_0, y: &BlockQ8_0, k: usize) -> [i32; 8
 /// `y`. The SIMD kernels finish rows with it, so the float order lives here.
 #[inline(always)]
 pub fn haswell_block(mut acc: [f32; 8], x: &BlockQ1_0, y: &[BlockQ8_0]) -> [f32; 8] {
+    use crate::x86_float::{fmadd, mul};
     let d0 = x.d.to_f32();
     let mut acc_block = [0f32; 8];
     for (k, yk) in y[..4].iter().enumerate() {
@@ -89,23 +89,26 @@ pub fn haswell_block(mut acc: [f32; 8], x: &BlockQ1_0, y: &[BlockQ8_0]) -> [f32;
         let s = quarter_lanes_wrapping(x, yk, k);
         for l in 0..8 {
             acc_block[l] = if k == 0 {
-                d1 * s[l] as f32
+                mul(d1, s[l] as f32)
             } else {
-                d1.mul_add(s[l] as f32, acc_block[l])
+                fmadd(d1, s[l] as f32, acc_block[l])
             };
         }
     }
     for l in 0..8 {
-        acc[l] = d0.mul_add(acc_block[l], acc[l]);
+        acc[l] = fmadd(d0, acc_block[l], acc[l]);
     }
     acc
 }
 
-/// ggml's `hsum_float_8`: high half plus low half, then lanes 0 + 2 and 1 + 3, then their sum.
+/// ggml's `hsum_float_8`: high half plus low half, then lanes 0 + 2 and 1 + 3, then their sum. NaNs as GCC
+/// compiles it in every stock AVX2 kernel that ends with it: `vaddps hi, lo` (a high lane's NaN first), then
+/// `r0 + r2`, `r1 + r3` and their sum, each left operand first.
 #[inline(always)]
 pub fn hsum_float_8(a: [f32; 8]) -> f32 {
-    let r = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
-    (r[0] + r[2]) + (r[1] + r[3])
+    use crate::x86_float::add;
+    let r: [f32; 4] = std::array::from_fn(|k| add(a[k + 4], a[k]));
+    add(add(r[0], r[2]), add(r[1], r[3]))
 }
 
 /// The haswell lanes over `x` continuing from `acc`.
@@ -116,15 +119,20 @@ pub fn haswell_lanes_from(mut acc: [f32; 8], x: &[BlockQ1_0], y: &[BlockQ8_0]) -
     acc
 }
 
-/// The x64 chain over `x`, continuing from `sumf` (0 for a whole row). Per block it is the chain of the PrismML
-/// fork's 128-weight formats built without FMA (`pq2_0_block_chain::<false>`: `sumi` from +0, four
-/// `sumi += d1·s`, then `sumf += d0·sumi`, each step rounded), so that one function holds it.
+/// The x64 chain over `x`, continuing from `sumf` (0 for a whole row): per block `sumi` from +0, four
+/// `sumi += isum·d1`, then `sumf += d0·sumi`, each step rounded. NaNs in the operand order of the x64 build's
+/// `mulss`/`addss`: the accumulator first in each sum, `d0` before `sumi`.
 pub fn x64_chain_from(mut sumf: f32, x: &[BlockQ1_0], y: &[BlockQ8_0]) -> f32 {
+    use crate::x86_float::{add, mul};
     for (i, xb) in x.iter().enumerate() {
-        let q = &y[4 * i..4 * i + 4];
-        let s = [0, 1, 2, 3].map(|k| quarter_isum_exact(xb, &q[k], k) as f32);
-        let d1 = [0, 1, 2, 3].map(|k| q[k].d.to_f32());
-        sumf = pq2_0_block_chain::<false>(sumf, xb.d.to_f32(), d1, s);
+        let mut sumi = 0.0f32;
+        for (k, yk) in y[4 * i..4 * i + 4].iter().enumerate() {
+            sumi = add(
+                sumi,
+                mul(quarter_isum_exact(xb, yk, k) as f32, yk.d.to_f32()),
+            );
+        }
+        sumf = add(sumf, mul(xb.d.to_f32(), sumi));
     }
     sumf
 }

@@ -52,7 +52,9 @@ pub fn half_block_isum(x: &BlockQ2_0, y: &BlockQ8_0, k: usize) -> i32 {
 }
 
 /// The stock chain over `x`, continuing from `sumf` (0 for a whole row): `FMA` selects the haswell build's
-/// contracted form, otherwise every product and sum rounds on its own. The SIMD kernels finish their rows with
+/// contracted form, otherwise every product and sum rounds on its own. NaNs in the operand order of the
+/// builds' instructions: haswell `vfmadd231ss sumi, isum, d1` and `vfmadd231ss sumf, sumi, d0` (a new NaN
+/// scale before the accumulator); x64 `mulss isum, d1`, `addss sumi, ·`, `mulss sumi, d0`, `addss sumf, ·`. The SIMD kernels finish their rows with
 /// it, so the float order lives in one place.
 // Always inlined: the SIMD kernels finish their rows with it inside their own target features, where the
 // contracted steps are FMA instructions (compiled on its own, for the baseline CPU, each is a call to `fmaf`).
@@ -62,17 +64,18 @@ pub fn vec_dot_q2_0_q8_0_from<const FMA: bool>(
     x: &[BlockQ2_0],
     y: &[BlockQ8_0],
 ) -> f32 {
+    use crate::x86_float::{add, fmadd, mul};
     for (i, xb) in x.iter().enumerate() {
         let (y0, y1) = (&y[2 * i], &y[2 * i + 1]);
         let s0 = half_block_isum(xb, y0, 0) as f32;
         let s1 = half_block_isum(xb, y1, 1) as f32;
         let (d0, d10, d11) = (xb.d.to_f32(), y0.d.to_f32(), y1.d.to_f32());
         if FMA {
-            let sumi = d11.mul_add(s1, d10.mul_add(s0, 0.0));
-            sumf = d0.mul_add(sumi, sumf);
+            let sumi = fmadd(s1, d11, fmadd(s0, d10, 0.0));
+            sumf = fmadd(sumi, d0, sumf);
         } else {
-            let sumi = (0.0 + d10 * s0) + d11 * s1;
-            sumf += d0 * sumi;
+            let sumi = add(add(0.0, mul(s0, d10)), mul(s1, d11));
+            sumf = add(sumf, mul(sumi, d0));
         }
     }
     sumf

@@ -86,14 +86,22 @@ pub fn dequantize_row_tq1_0_model(x: &[BlockTQ1_0], y: &mut [f32]) {
     }
 }
 
-/// The x64 build's `ggml_vec_dot_tq1_0_q8_K`.
+/// The scale `d = f16(x.d)·y.d` both builds compute per block (`mulss` with `f16(x.d)` first).
+#[inline(always)]
+pub fn block_scale(x: &BlockTQ1_0, y: &BlockQ8K) -> f32 {
+    crate::x86_float::mul(F16_TO_F32_TABLE[x.d.to_bits() as usize], y.d())
+}
+
+/// The x64 build's `ggml_vec_dot_tq1_0_q8_K`: `sumf = (float)sum·d + sumf`, the product the first operand of
+/// its `addss` (a NaN product before a NaN sum).
 pub fn vec_dot_tq1_0_q8_k_x64_model(x: &[BlockTQ1_0], y: &[BlockQ8K]) -> f32 {
+    use crate::x86_float::{add, mul};
     let mut sumf = 0f32;
     for (xb, yb) in x.iter().zip(y) {
         let sum: i32 = (0..QK_K)
             .map(|e| (xb.digit_of(e) as i32 - 1) * yb.qs[e] as i32)
             .sum();
-        sumf += sum as f32 * (F16_TO_F32_TABLE[xb.d.to_bits() as usize] * yb.d());
+        sumf = add(mul(sum as f32, block_scale(xb, yb)), sumf);
     }
     sumf
 }
@@ -119,10 +127,10 @@ pub fn haswell_block_lanes(x: &BlockTQ1_0, y: &BlockQ8K) -> [i32; 8] {
 pub fn vec_dot_tq1_0_q8_k_haswell_model(x: &[BlockTQ1_0], y: &[BlockQ8K]) -> f32 {
     let mut acc = [0f32; 8];
     for (xb, yb) in x.iter().zip(y) {
-        let d = yb.d() * F16_TO_F32_TABLE[xb.d.to_bits() as usize];
+        let d = block_scale(xb, yb);
         let lanes = haswell_block_lanes(xb, yb);
         for l in 0..8 {
-            acc[l] = (lanes[l] as f32).mul_add(d, acc[l]);
+            acc[l] = crate::x86_float::fmadd(d, lanes[l] as f32, acc[l]);
         }
     }
     hsum_float_8(acc)

@@ -54,10 +54,17 @@ pub fn dequantize_row_tq2_0_model(x: &[BlockTQ2_0], y: &mut [f32]) {
     }
 }
 
-/// The scalar `d = y.d · d0` both builds compute per block.
+/// The scalar `d = y.d · d0` both builds compute per block: its value, for the kernels (where it is a NaN, the
+/// dispatcher takes the model's result instead).
 #[inline(always)]
 pub fn block_scale(x: &BlockTQ2_0, y: &BlockQ8K) -> f32 {
-    y.d() * F16_TO_F32_TABLE[x.d.to_bits() as usize]
+    F16_TO_F32_TABLE[x.d.to_bits() as usize] * y.d()
+}
+
+/// `block_scale` with the builds' NaN: `mulss` with `d0` first.
+#[inline(always)]
+fn model_block_scale(x: &BlockTQ2_0, y: &BlockQ8K) -> f32 {
+    crate::x86_float::mul(F16_TO_F32_TABLE[x.d.to_bits() as usize], y.d())
 }
 
 /// The x64 build's `ggml_vec_dot_tq2_0_q8_K`.
@@ -67,7 +74,7 @@ pub fn vec_dot_tq2_0_q8_k_x64_model(x: &[BlockTQ2_0], y: &[BlockQ8K]) -> f32 {
         let sumi: i32 = (0..QK_K)
             .map(|e| yb.qs[e] as i32 * (code(&xb.qs, e) as i32 - 1))
             .sum();
-        sumf += sumi as f32 * block_scale(xb, yb);
+        sumf = crate::x86_float::add(sumf, model_block_scale(xb, yb) * sumi as f32);
     }
     sumf
 }
@@ -89,10 +96,10 @@ pub fn haswell_block_lanes(x: &BlockTQ2_0, y: &BlockQ8K) -> [i32; 8] {
 /// The haswell build's `ggml_vec_dot_tq2_0_q8_K` over `x`, from the eight accumulator lanes `acc`.
 pub fn haswell_lanes_from(mut acc: [f32; 8], x: &[BlockTQ2_0], y: &[BlockQ8K]) -> [f32; 8] {
     for (xb, yb) in x.iter().zip(y) {
-        let d = block_scale(xb, yb);
+        let d = model_block_scale(xb, yb);
         let lanes = haswell_block_lanes(xb, yb);
         for l in 0..8 {
-            acc[l] = (lanes[l] as f32).mul_add(d, acc[l]);
+            acc[l] = crate::x86_float::fmadd(d, lanes[l] as f32, acc[l]);
         }
     }
     acc

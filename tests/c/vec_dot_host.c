@@ -7,10 +7,16 @@
  *   vec_dot_host MODULE CASES quantizers
  *                                  the same for quantize_row_q8_0 and quantize_row_q8_K, whose rows hold values
  *                                  of every magnitude and, in a quarter of the cases, NaNs with payloads and
- *                                  infinities; the output bytes are compared */
+ *                                  infinities; the output bytes are compared
+ *   vec_dot_host MODULE CASES race THREADS
+ *                                  THREADS threads released at once make their first calls together (so a
+ *                                  preloaded library configures itself, probes stock and picks its direct paths
+ *                                  under contention), then CASES rows each through every vec_dot, each result
+ *                                  against stock's; prints "race: T threads, N calls, M mismatches" */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +24,7 @@
 
 typedef void (*vec_dot_fn)(int, float *, size_t, const void *, size_t, const void *, size_t, int);
 
-static uint64_t state = 0x9e3779b97f4a7c15ull;
+static __thread uint64_t state = 0x9e3779b97f4a7c15ull;
 static uint64_t next(void) {
     state ^= state << 13;
     state ^= state >> 7;
@@ -113,9 +119,74 @@ static int check_quantizers(void *module, long cases) {
     return failed;
 }
 
+struct race {
+    void *module;
+    long cases;
+    pthread_barrier_t *start;
+    uint64_t seed;
+    long calls, bad;
+};
+
+/* One racing thread: waits at the barrier, then every format's global symbol (ours, preloaded) on its own rows
+ * first, stock's after, bit for bit. */
+static void *race_thread(void *arg) {
+    struct race *r = arg;
+    state = r->seed;
+    enum { MAX_BLOCKS = 4 };
+    static __thread uint8_t x[MAX_BLOCKS * 256 / 64 * 110], y[MAX_BLOCKS * 292 * 8];
+    vec_dot_fn global[sizeof formats / sizeof formats[0]], stock[sizeof formats / sizeof formats[0]];
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        global[f] = (vec_dot_fn) dlsym(RTLD_DEFAULT, formats[f].symbol);
+        stock[f] = (vec_dot_fn) dlsym(r->module, formats[f].symbol);
+    }
+    pthread_barrier_wait(r->start);
+    for (long c = 0; c < r->cases; c++) {
+        for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+            const struct format *fmt = &formats[(f + (size_t) r->seed) % (sizeof formats / sizeof formats[0])];
+            size_t at = (size_t) (fmt - formats);
+            if (!global[at] || !stock[at]) continue;
+            int blocks = 1 + next() % MAX_BLOCKS, n = blocks * fmt->weights;
+            for (int b = 0; b < blocks; b++) {
+                uint8_t *blk = x + b * fmt->block_bytes;
+                for (int j = 0; j < fmt->block_bytes; j++) blk[j] = (uint8_t) next();
+                uint16_t d = 0x2000 + next() % 0x1800;
+                memcpy(blk + fmt->scale_at, &d, 2);
+            }
+            if (fmt->q8_k) fill_q8_k(y, n); else fill_q8_0(y, n);
+            float a = 0, s = 0;
+            global[at](n, &a, 0, x, 0, y, 0, 1);
+            stock[at](n, &s, 0, x, 0, y, 0, 1);
+            r->calls++;
+            r->bad += memcmp(&a, &s, sizeof a) != 0;
+        }
+    }
+    return NULL;
+}
+
+static int race(void *module, long cases, int threads) {
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned) threads);
+    struct race *r = calloc((size_t) threads, sizeof *r);
+    pthread_t *t = calloc((size_t) threads, sizeof *t);
+    for (int i = 0; i < threads; i++) {
+        r[i] = (struct race) {module, cases, &start, 0x9e3779b97f4a7c15ull * (uint64_t) (i + 1), 0, 0};
+        pthread_create(&t[i], NULL, race_thread, &r[i]);
+    }
+    long calls = 0, bad = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(t[i], NULL);
+        calls += r[i].calls;
+        bad += r[i].bad;
+    }
+    printf("race: %d threads, %ld calls, %ld mismatches\n", threads, calls, bad);
+    fflush(stdout);
+    return bad != 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "quantizers") == 0)) {
-        fprintf(stderr, "usage: vec_dot_host MODULE CASES [quantizers]\n");
+    int racing = argc == 5 && strcmp(argv[3], "race") == 0;
+    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "quantizers") == 0) && !racing) {
+        fprintf(stderr, "usage: vec_dot_host MODULE CASES [quantizers | race THREADS]\n");
         return 2;
     }
     void *module = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -126,6 +197,7 @@ int main(int argc, char **argv) {
     void (*cpu_init)(void) = (void (*)(void)) dlsym(module, "ggml_cpu_init");
     if (cpu_init) cpu_init();
     long cases = atol(argv[2]);
+    if (racing) return race(module, cases, atoi(argv[4]));
     if (argc == 4) {
         int failed = check_quantizers(module, cases);
         fflush(stdout);
