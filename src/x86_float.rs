@@ -7,7 +7,9 @@
 //! their formula, first multiplicand, second, addend (`vfmadd132ps op1, op2, op3` computes `op1·op3 + op2`, so
 //! op1, op3, op2; measured on this CPU by the test below for all three forms) — and when none is but the
 //! operation is invalid (∞ − ∞, 0 · ∞), the result is the "default NaN" `0xffc0_0000`. Which operand comes first
-//! is a property of the compiled instruction, so a model names the order the stock binary uses.
+//! is a property of the compiled instruction, so a model names the order the stock binary uses, and a helper that
+//! meets a NaN runs that instruction on its operands in that order (an emulator's NaN rules may differ from the
+//! hardware's, and the stock binary it models runs under the same emulator).
 
 /// The NaN x86 returns for an invalid operation on numbers.
 pub(crate) const DEFAULT_NAN: u32 = 0xffc0_0000;
@@ -19,7 +21,8 @@ fn quiet(v: f32) -> f32 {
 }
 
 /// The NaN an instruction returns when its result is a NaN: the first NaN of `operands`, quiet, or the default
-/// NaN when none is (an invalid operation).
+/// NaN when none is (an invalid operation). The rule of x86 hardware, for where the instruction itself cannot
+/// run (`fmadd` on a CPU without FMA).
 #[inline(always)]
 fn nan_result<const N: usize>(operands: [f32; N]) -> f32 {
     let mut nan = f32::from_bits(DEFAULT_NAN);
@@ -29,28 +32,29 @@ fn nan_result<const N: usize>(operands: [f32; N]) -> f32 {
     nan
 }
 
-// Each helper computes the value with Rust's operator and replaces it by the instruction's NaN where it is one
-// (a NaN exactly when an operand is one or the operation is invalid). Selects, no branch and no call: the SIMD
-// kernels use the models' steps inside their loops, where a call (even a cold one) costs them registers. Always
-// inlined, so that inside a kernel's target features the fused form is one instruction.
+// Each helper computes the value with Rust's operator; where that is a NaN (exactly when an operand is one or
+// the operation is invalid) it runs the instruction itself on the operands in the model's order, so the NaN is
+// the CPU's own: x86's rule above on hardware, and whatever an emulator does instead (QEMU 7.2's default NaN
+// is positive), as the stock binary it models would get there. Only NaN inputs take that branch; the values
+// stay plain operators, so the models' chains keep their speed inside the kernels.
 
-/// `vaddss dst, a, b`.
+/// `addss a, b`.
 #[inline(always)]
 pub fn add(a: f32, b: f32) -> f32 {
     let v = a + b;
     if v.is_nan() {
-        nan_result([a, b])
+        instruction_nan(Op::Add, a, b, 0.0)
     } else {
         v
     }
 }
 
-/// `vmulss dst, a, b`.
+/// `mulss a, b`.
 #[inline(always)]
 pub fn mul(a: f32, b: f32) -> f32 {
     let v = a * b;
     if v.is_nan() {
-        nan_result([a, b])
+        instruction_nan(Op::Mul, a, b, 0.0)
     } else {
         v
     }
@@ -62,9 +66,52 @@ pub fn mul(a: f32, b: f32) -> f32 {
 pub fn fmadd(a: f32, b: f32, c: f32) -> f32 {
     let v = a.mul_add(b, c);
     if v.is_nan() {
-        nan_result([a, b, c])
+        instruction_nan(Op::Fmadd, a, b, c)
     } else {
         v
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    Add,
+    Mul,
+    Fmadd,
+}
+
+/// The instruction's result on `a`, `b` (and `c`), in that operand order.
+#[cold]
+#[inline(never)]
+fn instruction_nan(op: Op, a: f32, b: f32, c: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::asm;
+        use std::arch::x86_64::{_mm_cvtss_f32, _mm_set_ss};
+        // SAFETY (each block): SSE is part of x86_64 and FMA is checked before its use; the asm only reads and
+        // writes xmm registers. `asm!`, not intrinsics: the compiler may swap the operands of a sum or product.
+        unsafe {
+            let (mut r, b, c) = (_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c));
+            match op {
+                Op::Add => asm!("addss {r}, {b}", r = inout(xmm_reg) r, b = in(xmm_reg) b,
+                    options(pure, nomem, nostack)),
+                Op::Mul => asm!("mulss {r}, {b}", r = inout(xmm_reg) r, b = in(xmm_reg) b,
+                    options(pure, nomem, nostack)),
+                Op::Fmadd if std::arch::is_x86_feature_detected!("fma") => {
+                    // vfmadd231ss c, a, b: a·b + c, with a's NaN first, then b's, then c's.
+                    let mut acc = c;
+                    asm!("vfmadd231ss {acc}, {a}, {b}", acc = inout(xmm_reg) acc, a = in(xmm_reg) r,
+                        b = in(xmm_reg) b, options(pure, nomem, nostack));
+                    r = acc;
+                }
+                Op::Fmadd => return nan_result([a, _mm_cvtss_f32(b), _mm_cvtss_f32(c)]),
+            }
+            _mm_cvtss_f32(r)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    match op {
+        Op::Add | Op::Mul => nan_result([a, b]),
+        Op::Fmadd => nan_result([a, b, c]),
     }
 }
 
@@ -108,6 +155,12 @@ mod tests {
                 };
                 assert_eq!(add(a, b).to_bits(), hw(false), "{a:?} + {b:?}");
                 assert_eq!(mul(a, b).to_bits(), hw(true), "{a:?} · {b:?}");
+                // The written rule (for FMA without the instruction) is this hardware's too.
+                for (form, v) in [("+", hw(false)), ("·", hw(true))] {
+                    if f32::from_bits(v).is_nan() {
+                        assert_eq!(nan_result([a, b]).to_bits(), v, "rule {a:?} {form} {b:?}");
+                    }
+                }
                 if !std::arch::is_x86_feature_detected!("fma") {
                     continue;
                 }
@@ -133,6 +186,9 @@ mod tests {
                     assert_eq!(fmadd(a, c, b).to_bits(), hw(132), "132: {what}");
                     assert_eq!(fmadd(b, a, c).to_bits(), hw(213), "213: {what}");
                     assert_eq!(fmadd(b, c, a).to_bits(), hw(231), "231: {what}");
+                    if f32::from_bits(hw(231)).is_nan() {
+                        assert_eq!(nan_result([b, c, a]).to_bits(), hw(231), "rule 231: {what}");
+                    }
                 }
             }
         }
