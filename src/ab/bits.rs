@@ -1148,6 +1148,30 @@ pub const ODD_N: [i32; 7] = [0, -1, -64, -65, -(1 << 20), i32::MIN + 1, i32::MIN
 /// The `k` of every quantizer and dequantizer there.
 pub const ODD_K: [i64; 8] = [0, -1, -32, -256, -(1 << 40), i64::MIN + 1, i64::MIN, 31];
 
+/// An output compared by `lengths_ggml_never_passes`: its symbol, what a subject writes, what stock wrote.
+type OddLengthOutput<'a> = (&'a str, Box<dyn Fn(&Subject) -> Vec<u8> + 'a>, Vec<u8>);
+
+/// A dequantizer's entry there: stock's output on `x` at `k`, and ours as `dequantize` writes it, both into a
+/// buffer of sentinels.
+fn dequantizer_output<'a>(
+    symbol: &'a str,
+    stock: DequantizeRowFn,
+    x: &'a [u8],
+    k: i64,
+    dequantize: impl Fn(&Subject, &mut [f32]) + 'a,
+) -> OddLengthOutput<'a> {
+    let mut want = vec![SENTINEL; 4096];
+    // SAFETY: `x` holds one block or more of every format, `want` room for a whole block (the most a `k` there
+    // asks for: one, where the symbol counts in an `int`).
+    unsafe { stock(x.as_ptr().cast(), want.as_mut_ptr(), k) };
+    let ours = move |s: &Subject| {
+        let mut got = vec![SENTINEL; 4096];
+        dequantize(s, &mut got);
+        float_bytes(&got).to_vec()
+    };
+    (symbol, Box::new(ours), float_bytes(&want).to_vec())
+}
+
 /// Row lengths ggml never passes, once per run through every subject and every vec_dot, dequantizer and
 /// quantizer: zero, negative (down to the type's minimum) and shorter than one block. Stock reads nothing and
 /// writes `0.0` (a dot product) or nothing (the others); ours must do the same: the same float bits, the output
@@ -1206,9 +1230,7 @@ fn lengths_ggml_never_passes(
             );
         }
     }
-    // The outputs as bytes: sentinels where nothing may be written.
-    let fresh = || vec![SENTINEL; 4096];
-    let bytes = |v: &[f32]| float_bytes(v).to_vec();
+    // The outputs as bytes, sentinels where nothing may be written.
     for k in ODD_K {
         let one_block = BlockCount::Int.of(k, 32) > 0;
         let (x, floats) = if one_block {
@@ -1216,47 +1238,33 @@ fn lengths_ggml_never_passes(
         } else {
             (gx, g_floats)
         };
-        // (symbol, what a subject writes, what stock wrote)
-        type Output<'a> = (&'a str, Box<dyn Fn(&Subject) -> Vec<u8> + 'a>, Vec<u8>);
-        let mut outputs: Vec<Output> = Vec::new();
-        let mut want = fresh();
-        // SAFETY (each stock call below): `x` and `floats` hold one block or more of every format, the outputs
-        // room for a whole block, and `k` asks for no whole block.
-        unsafe { (st.dequantize_row_q2_0)(x.as_ptr().cast(), want.as_mut_ptr(), k) };
-        outputs.push((
-            "dequantize_row_q2_0",
-            Box::new(|s: &Subject| {
-                let mut got = fresh();
-                s.dequantize(x, &mut got, k);
-                bytes(&got)
-            }),
-            bytes(&want),
-        ));
-        let mut want = fresh();
-        unsafe { (st.dequantize_row_q1_0)(x.as_ptr().cast(), want.as_mut_ptr(), k) };
-        outputs.push((
-            "dequantize_row_q1_0",
-            Box::new(|s: &Subject| {
-                let mut got = fresh();
-                s.dequantize_q1_0(x, &mut got, k);
-                bytes(&got)
-            }),
-            bytes(&want),
-        ));
+        let mut outputs: Vec<OddLengthOutput> = vec![
+            dequantizer_output(
+                "dequantize_row_q2_0",
+                st.dequantize_row_q2_0,
+                x,
+                k,
+                |s: &Subject, got: &mut [f32]| s.dequantize(x, got, k),
+            ),
+            dequantizer_output(
+                "dequantize_row_q1_0",
+                st.dequantize_row_q1_0,
+                x,
+                k,
+                |s: &Subject, got: &mut [f32]| s.dequantize_q1_0(x, got, k),
+            ),
+        ];
         for f in KFormat::ALL {
-            let mut want = fresh();
-            unsafe { (st.k_format(f).1)(x.as_ptr().cast(), want.as_mut_ptr(), k) };
-            outputs.push((
+            outputs.push(dequantizer_output(
                 f.dequantize_symbol(),
-                Box::new(move |s: &Subject| {
-                    let mut got = fresh();
-                    s.dequantize_k(f, x, &mut got, k);
-                    bytes(&got)
-                }),
-                bytes(&want),
+                st.k_format(f).1,
+                x,
+                k,
+                move |s: &Subject, got: &mut [f32]| s.dequantize_k(f, x, got, k),
             ));
         }
         let mut want = vec![0xaau8; 8192];
+        // SAFETY (both quantizers): `floats` holds a whole block of either, `want` room for its output.
         unsafe { (st.quantize_row_q8_0)(floats.as_ptr(), want.as_mut_ptr().cast(), k) };
         outputs.push((
             "quantize_row_q8_0",

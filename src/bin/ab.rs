@@ -346,55 +346,31 @@ fn main() -> ExitCode {
             tg,
             bench_rounds,
             reference,
-            rpc: Some(workers),
+            rpc,
             lib,
         } => {
-            if !reference.is_empty() {
-                Err("--reference does not go with --rpc".into())
-            } else {
-                cmd_e2e_rpc(
+            let bench = (!no_bench).then_some(BenchPlan {
+                pp,
+                tg,
+                rounds: bench_rounds,
+            });
+            match rpc {
+                Some(_) if !reference.is_empty() => {
+                    Err("--reference does not go with --rpc".into())
+                }
+                Some(workers) => cmd_e2e_rpc(
                     &model,
                     build,
                     (workers, threads.unwrap_or(1)),
                     (n_predict, ppl_chunks, &ubatch),
-                    (!no_bench).then_some(BenchPlan {
-                        pp,
-                        tg,
-                        rounds: bench_rounds,
-                    }),
+                    bench,
                     lib,
-                )
+                ),
+                None => cmd_e2e(
+                    &model, build, threads, n_predict, ppl_chunks, &ubatch, bench, &reference, lib,
+                ),
             }
         }
-        Command::E2e {
-            model,
-            build,
-            threads,
-            n_predict,
-            ppl_chunks,
-            ubatch,
-            no_bench,
-            pp,
-            tg,
-            bench_rounds,
-            reference,
-            rpc: None,
-            lib,
-        } => cmd_e2e(
-            &model,
-            build,
-            threads,
-            n_predict,
-            ppl_chunks,
-            &ubatch,
-            (!no_bench).then_some(BenchPlan {
-                pp,
-                tg,
-                rounds: bench_rounds,
-            }),
-            &reference,
-            lib,
-        ),
         Command::Model {
             preset,
             wtype,

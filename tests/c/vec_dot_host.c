@@ -69,6 +69,20 @@ static const struct format formats[] = {
     {"ggml_vec_dot_iq3_s_q8_K", 256, 110, 0, 1},
 };
 
+/* One random row of `blocks` blocks of `fmt` in `x` (ordinary f16 scales) and its activations in `y`; returns
+ * its length in weights. */
+static int fill_row(const struct format *fmt, int blocks, uint8_t *x, uint8_t *y) {
+    int n = blocks * fmt->weights;
+    for (int b = 0; b < blocks; b++) {
+        uint8_t *blk = x + b * fmt->block_bytes;
+        for (int j = 0; j < fmt->block_bytes; j++) blk[j] = (uint8_t) next();
+        uint16_t d = 0x2000 + next() % 0x1800;
+        memcpy(blk + fmt->scale_at, &d, 2);
+    }
+    if (fmt->q8_k) fill_q8_k(y, n); else fill_q8_0(y, n);
+    return n;
+}
+
 typedef void (*quantize_fn)(const float *, void *, int64_t);
 
 /* One row of `n` floats for the quantizers: each block at its own magnitude, some values NaN (random payload,
@@ -145,14 +159,7 @@ static void *race_thread(void *arg) {
             const struct format *fmt = &formats[(f + (size_t) r->seed) % (sizeof formats / sizeof formats[0])];
             size_t at = (size_t) (fmt - formats);
             if (!global[at] || !stock[at]) continue;
-            int blocks = 1 + next() % MAX_BLOCKS, n = blocks * fmt->weights;
-            for (int b = 0; b < blocks; b++) {
-                uint8_t *blk = x + b * fmt->block_bytes;
-                for (int j = 0; j < fmt->block_bytes; j++) blk[j] = (uint8_t) next();
-                uint16_t d = 0x2000 + next() % 0x1800;
-                memcpy(blk + fmt->scale_at, &d, 2);
-            }
-            if (fmt->q8_k) fill_q8_k(y, n); else fill_q8_0(y, n);
+            int n = fill_row(fmt, 1 + next() % MAX_BLOCKS, x, y);
             float a = 0, s = 0;
             global[at](n, &a, 0, x, 0, y, 0, 1);
             stock[at](n, &s, 0, x, 0, y, 0, 1);
@@ -216,15 +223,7 @@ int main(int argc, char **argv) {
         }
         long bad = 0;
         for (long c = 0; c < cases; c++) {
-            int blocks = 1 + next() % MAX_BLOCKS;
-            int n = blocks * fmt->weights;
-            for (int b = 0; b < blocks; b++) {
-                uint8_t *blk = x + b * fmt->block_bytes;
-                for (int j = 0; j < fmt->block_bytes; j++) blk[j] = (uint8_t) next();
-                uint16_t d = 0x2000 + next() % 0x1800;
-                memcpy(blk + fmt->scale_at, &d, 2);
-            }
-            if (fmt->q8_k) fill_q8_k(y, n); else fill_q8_0(y, n);
+            int n = fill_row(fmt, 1 + next() % MAX_BLOCKS, x, y);
             float a = 0, s = 0;
             global(n, &a, 0, x, 0, y, 0, 1);
             stock(n, &s, 0, x, 0, y, 0, 1);
