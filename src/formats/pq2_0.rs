@@ -8,7 +8,8 @@
 //! (`formats.md` §4): per block `i`, `sumi = 0; sumi += d1[4i+k]·isum_k` for k = 0..3; `sumf += d0·sumi`, from
 //! `sumf = 0`, blocks in order; with FMA contraction in an FMA build, each product and sum rounded on its own
 //! otherwise. The fork's build is not available here, so these models are written from that text and checked by
-//! hand-built known answers (tests below) and against f64.
+//! hand-built known answers (tests below) and against f64; their NaN results follow that C as GCC compiles it
+//! (`model_block_chain`, checked against the compiled C by `tests/fork_reference.rs`).
 
 use super::q8_0::{BlockQ8_0, QK8_0};
 use crate::fp16::GgmlHalf;
@@ -67,6 +68,55 @@ pub fn pq2_0_block_chain<const FMA: bool>(sumf: f32, d0: f32, d1: [f32; 4], s: [
     }
 }
 
+/// Which operand the unfused `sumi += d1·isum` of the compiled C takes first: the one step whose order two
+/// builds of the same source differ in (GCC 12 at `-O3` puts the running sum first in PQ2_0's loop and the
+/// product first in PTQ1_0's unrolled one), and which decides which NaN a row with two NaN scales returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SumiOperands {
+    SumFirst,
+    ProductFirst,
+}
+
+/// `pq2_0_block_chain` with every step's operands in the order of the compiled C (its disassembly): with FMA
+/// `vfmadd·ss` with d1 a multiplicand and `sumi` the addend, then `sumi · d0 + sumf`; without, `isum · d1`
+/// added to `sumi` in `sum_first`'s order, `sumi · d0`, and `sumf + ·`. The values are the kernels' chain's;
+/// only a NaN result can tell the two apart, and the models give the C's (`x86_float`).
+#[inline(always)]
+pub fn model_block_chain<const FMA: bool>(
+    sumf: f32,
+    d0: f32,
+    d1: [f32; 4],
+    s: [f32; 4],
+    sumi_operands: SumiOperands,
+) -> f32 {
+    use crate::x86_float::{add, fmadd, mul};
+    let mut sumi = 0.0f32;
+    for k in 0..4 {
+        sumi = if FMA {
+            fmadd(d1[k], s[k], sumi)
+        } else {
+            let p = mul(s[k], d1[k]);
+            match sumi_operands {
+                SumiOperands::SumFirst => add(sumi, p),
+                SumiOperands::ProductFirst => add(p, sumi),
+            }
+        };
+    }
+    if FMA {
+        fmadd(sumi, d0, sumf)
+    } else {
+        add(sumf, mul(sumi, d0))
+    }
+}
+
+/// The scale, the four q8_0 scales and the four quarter sums of block `x` against its q8_0 blocks `q`.
+#[inline(always)]
+fn block_terms(x: &BlockPQ2_0, q: &[BlockQ8_0]) -> (f32, [f32; 4], [f32; 4]) {
+    let s = [0, 1, 2, 3].map(|k| quarter_isum(x, &q[k], k) as f32);
+    let d1 = [0, 1, 2, 3].map(|k| q[k].d.to_f32());
+    (x.d.to_f32(), d1, s)
+}
+
 /// The fork's chain over `x`, continuing from `sumf` (0 for a whole row); the SIMD kernels finish their rows
 /// with it, so the float order lives in one place.
 // Always inlined: the SIMD kernels finish their rows with it inside their own target features, where the
@@ -78,22 +128,28 @@ pub fn vec_dot_pq2_0_q8_0_from<const FMA: bool>(
     y: &[BlockQ8_0],
 ) -> f32 {
     for (i, xb) in x.iter().enumerate() {
-        let q = &y[4 * i..4 * i + 4];
-        let s = [0, 1, 2, 3].map(|k| quarter_isum(xb, &q[k], k) as f32);
-        let d1 = [0, 1, 2, 3].map(|k| q[k].d.to_f32());
-        sumf = pq2_0_block_chain::<FMA>(sumf, xb.d.to_f32(), d1, s);
+        let (d0, d1, s) = block_terms(xb, &y[4 * i..4 * i + 4]);
+        sumf = pq2_0_block_chain::<FMA>(sumf, d0, d1, s);
     }
     sumf
 }
 
+/// The model of a whole row: `model_block_chain` over the blocks.
+fn model<const FMA: bool>(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
+    x.iter().enumerate().fold(0.0, |sumf, (i, xb)| {
+        let (d0, d1, s) = block_terms(xb, &y[4 * i..4 * i + 4]);
+        model_block_chain::<FMA>(sumf, d0, d1, s, SumiOperands::SumFirst)
+    })
+}
+
 /// The fork's `ggml_vec_dot_pq2_0_q8_0` built with FMA (GCC contracts each `+= ·`).
 pub fn vec_dot_pq2_0_q8_0_fma_model(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
-    vec_dot_pq2_0_q8_0_from::<true>(0.0, x, y)
+    model::<true>(x, y)
 }
 
 /// The same generic C built without FMA.
 pub fn vec_dot_pq2_0_q8_0_nofma_model(x: &[BlockPQ2_0], y: &[BlockQ8_0]) -> f32 {
-    vec_dot_pq2_0_q8_0_from::<false>(0.0, x, y)
+    model::<false>(x, y)
 }
 
 pub fn vec_dot_pq2_0_q8_0_model(

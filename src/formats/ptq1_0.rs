@@ -12,7 +12,7 @@
 //! The dot product is the PQ2_0 chain (`formats.md` §4): four q8_0 blocks per block, `sumi += d1·isum` per quarter,
 //! `sumf += d0·sumi`, FMA-contracted in an FMA build and unfused otherwise (`pq2_0::pq2_0_block_chain`).
 
-use super::pq2_0::pq2_0_block_chain;
+use super::pq2_0::{model_block_chain, pq2_0_block_chain, SumiOperands};
 use super::q8_0::{BlockQ8_0, QK8_0};
 use crate::fp16::GgmlHalf;
 
@@ -102,6 +102,14 @@ pub fn quarter_isums(x: &BlockPTQ1_0, y: &[BlockQ8_0]) -> [i32; 4] {
     })
 }
 
+/// The scale, the four q8_0 scales and the four quarter sums of block `x` against its q8_0 blocks `q`.
+#[inline(always)]
+fn block_terms(x: &BlockPTQ1_0, q: &[BlockQ8_0]) -> (f32, [f32; 4], [f32; 4]) {
+    let s = quarter_isums(x, q).map(|v| v as f32);
+    let d1 = [0, 1, 2, 3].map(|k| q[k].d.to_f32());
+    (x.d.to_f32(), d1, s)
+}
+
 /// The fork's chain over `x`, continuing from `sumf` (0 for a whole row); the SIMD kernels finish their rows
 /// with it.
 // Always inlined: the SIMD kernels finish their rows with it inside their own target features, where the
@@ -113,22 +121,29 @@ pub fn vec_dot_ptq1_0_q8_0_from<const FMA: bool>(
     y: &[BlockQ8_0],
 ) -> f32 {
     for (i, xb) in x.iter().enumerate() {
-        let q = &y[4 * i..4 * i + 4];
-        let s = quarter_isums(xb, q).map(|v| v as f32);
-        let d1 = [0, 1, 2, 3].map(|k| q[k].d.to_f32());
-        sumf = pq2_0_block_chain::<FMA>(sumf, xb.d.to_f32(), d1, s);
+        let (d0, d1, s) = block_terms(xb, &y[4 * i..4 * i + 4]);
+        sumf = pq2_0_block_chain::<FMA>(sumf, d0, d1, s);
     }
     sumf
 }
 
+/// The model of a whole row: the chain in the compiled C's operand order (`pq2_0::model_block_chain`; this
+/// C's unfused `sumi +=` takes the product first).
+fn model<const FMA: bool>(x: &[BlockPTQ1_0], y: &[BlockQ8_0]) -> f32 {
+    x.iter().enumerate().fold(0.0, |sumf, (i, xb)| {
+        let (d0, d1, s) = block_terms(xb, &y[4 * i..4 * i + 4]);
+        model_block_chain::<FMA>(sumf, d0, d1, s, SumiOperands::ProductFirst)
+    })
+}
+
 /// The fork's `ggml_vec_dot_ptq1_0_q8_0` built with FMA (GCC contracts each `+= ·`).
 pub fn vec_dot_ptq1_0_q8_0_fma_model(x: &[BlockPTQ1_0], y: &[BlockQ8_0]) -> f32 {
-    vec_dot_ptq1_0_q8_0_from::<true>(0.0, x, y)
+    model::<true>(x, y)
 }
 
 /// The same generic C built without FMA.
 pub fn vec_dot_ptq1_0_q8_0_nofma_model(x: &[BlockPTQ1_0], y: &[BlockQ8_0]) -> f32 {
-    vec_dot_ptq1_0_q8_0_from::<false>(0.0, x, y)
+    model::<false>(x, y)
 }
 
 pub fn vec_dot_ptq1_0_q8_0_model(
