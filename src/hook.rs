@@ -661,21 +661,73 @@ fn thread_rows(p: &ComputeParams, rows: usize) -> (usize, usize) {
 /// Chunks handed out per thread: a thread slowed down (a busy sibling core, a descheduled vCPU) leaves its
 /// later chunks to the others instead of holding them all at the next barrier.
 const CHUNKS_PER_THREAD: usize = 4;
-/// Fewest rows per chunk: every chunk prepares the activation columns again (a fraction of one row's work each
-/// since the preparation is vectorized; before, about three rows').
+/// Fewest rows per chunk where the rows are enough to go round: every chunk prepares its activation columns
+/// again (a fraction of one row's work each since the preparation is vectorized; before, about three rows').
 const MIN_CHUNK_ROWS: usize = 64;
+/// Columns per chunk are whole multiples of this (the prefill kernels' column octets).
+const COL_ALIGN: usize = 8;
+/// Fewest columns per chunk when the columns are cut: each column chunk reads its rows' weights again.
+const MIN_CHUNK_COLS: usize = 64;
 
-/// Rows per chunk of a `rows`-row product on `nth` threads (a multiple of `ROW_ALIGN`).
-fn chunk_rows(rows: usize, nth: usize) -> usize {
-    rows.div_ceil(CHUNKS_PER_THREAD * nth)
-        .max(MIN_CHUNK_ROWS)
-        .div_ceil(ROW_ALIGN)
-        * ROW_ALIGN
+/// How a product's `rows × cols` elements (of every plane) are cut into chunks for the threads' counter:
+/// `rows_per × cols_per` each, chunk `i` at row chunk `i % row_chunks`, column chunk `i / row_chunks`.
+///
+/// Rows first, as stock's MUL_MAT (a chunk reads its weights once for all its columns): up to
+/// `CHUNKS_PER_THREAD` per thread, at least `MIN_CHUNK_ROWS` rows each. Where the rows alone give fewer chunks
+/// than that (a 2048-row product is 32 chunks of 64 rows: enough for two threads, half of 64), many columns
+/// (prefill) are cut too, into chunks of `MIN_CHUNK_COLS` or more, multiples of `COL_ALIGN`; and where even
+/// then some thread would have no chunk (one column: decode), the rows go down to `ROW_ALIGN` per chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Split {
+    rows_per: usize,
+    cols_per: usize,
+    row_chunks: usize,
+    chunks: usize,
 }
 
-/// This thread's rows of every plane of the product, through the tile kernels: chunks from the threadpool's
-/// counter (`chunk_add`, set to `nth` by thread 0 before the barrier; thread `i` starts with chunk `i`), as
-/// stock's MUL_MAT hands out its own, or without it a fixed share.
+fn split(rows: usize, cols: usize, nth: usize) -> Split {
+    let align = |v: usize, to: usize| v.div_ceil(to) * to;
+    let (rows, cols, nth) = (rows.max(1), cols.max(1), nth.max(1));
+    let wanted = CHUNKS_PER_THREAD * nth;
+    let mut rows_per = align(rows.div_ceil(wanted).max(MIN_CHUNK_ROWS), ROW_ALIGN);
+    let mut cols_per = cols;
+    let row_chunks = rows.div_ceil(rows_per);
+    if row_chunks < wanted && cols >= 2 * MIN_CHUNK_COLS {
+        let col_chunks = wanted.div_ceil(row_chunks).min(cols / MIN_CHUNK_COLS);
+        cols_per = align(cols.div_ceil(col_chunks), COL_ALIGN);
+    }
+    let col_chunks = cols.div_ceil(cols_per);
+    if row_chunks * col_chunks < nth {
+        let row_chunks_wanted = nth.div_ceil(col_chunks);
+        // Rounded down, so that there are at least that many (while the rows allow ROW_ALIGN each).
+        let down = rows / row_chunks_wanted / ROW_ALIGN * ROW_ALIGN;
+        rows_per = rows_per.min(down.max(ROW_ALIGN));
+    }
+    let row_chunks = rows.div_ceil(rows_per);
+    Split {
+        rows_per,
+        cols_per,
+        row_chunks,
+        chunks: row_chunks * col_chunks,
+    }
+}
+
+impl Split {
+    /// Chunk `i`'s rows and columns (`i < chunks`).
+    fn chunk(&self, i: usize, rows: usize, cols: usize) -> ((usize, usize), (usize, usize)) {
+        let (r, c) = (i % self.row_chunks, i / self.row_chunks);
+        let r0 = r * self.rows_per;
+        let c0 = c * self.cols_per;
+        (
+            (r0, (r0 + self.rows_per).min(rows)),
+            (c0, (c0 + self.cols_per).min(cols)),
+        )
+    }
+}
+
+/// This thread's elements of every plane of the product, through the tile kernels: chunks (`split`) from the
+/// threadpool's counter (`chunk_add`, set to `nth` by thread 0 before the barrier; thread `i` starts with
+/// chunk `i`), as stock's MUL_MAT hands out its own, or without it a fixed share of the rows.
 ///
 /// # Safety
 /// `product` accepted the op and every thread has quantized its share (after the barrier); `chunk_add` is
@@ -687,21 +739,24 @@ unsafe fn compute_share(
     chunk_add: Option<ChunkAddFn>,
 ) {
     // SAFETY: checked by `product`.
-    let rows = unsafe { (*prod.src0).ne[1] as usize };
+    let (rows, cols) = unsafe { ((*prod.src0).ne[1] as usize, (*prod.src1).ne[1] as usize) };
+    if rows == 0 || cols == 0 {
+        return;
+    }
     let Some(add) = chunk_add else {
         let (r0, r1) = thread_rows(p, rows);
         if r0 < r1 {
             // SAFETY: the caller's contract; r0..r1 lies inside the rows and is this thread's alone.
-            unsafe { compute_rows(prod, dst, p.wdata, (r0, r1)) };
+            unsafe { compute_chunk(prod, dst, p.wdata, (r0, r1), (0, cols)) };
         }
         return;
     };
-    let per_chunk = chunk_rows(rows, p.nth as usize);
+    let split = split(rows, cols, p.nth as usize);
     let mut chunk = p.ith as usize;
-    while chunk * per_chunk < rows {
-        let r0 = chunk * per_chunk;
-        // SAFETY: as above; each chunk index is handed to one thread only.
-        unsafe { compute_rows(prod, dst, p.wdata, (r0, (r0 + per_chunk).min(rows))) };
+    while chunk < split.chunks {
+        let (rows, cols) = split.chunk(chunk, rows, cols);
+        // SAFETY: as above; each chunk index is handed to one thread only, and chunks do not overlap.
+        unsafe { compute_chunk(prod, dst, p.wdata, rows, cols) };
         // SAFETY: ggml's counter on this op's threadpool, as the caller vouches.
         let Ok(next) = usize::try_from(unsafe { add(p.threadpool, 1) }) else {
             break;
@@ -710,16 +765,17 @@ unsafe fn compute_share(
     }
 }
 
-/// Rows `r0..r1` of every plane of the product, through the tile kernels.
+/// Rows `r0..r1` by columns `c0..c1` of every plane of the product, through the tile kernels.
 ///
 /// # Safety
-/// `product` accepted the op, src1 is quantized in `wdata`, `r0 < r1 <= rows`, and no other thread writes
-/// these rows.
-unsafe fn compute_rows(
+/// `product` accepted the op, src1 is quantized in `wdata`, `r0 < r1 <= rows`, `c0 < c1 <= cols`, and no
+/// other thread writes these elements.
+unsafe fn compute_chunk(
     prod: &Product,
     dst: &GgmlTensor,
     wdata: *mut c_void,
     (r0, r1): (usize, usize),
+    (c0, c1): (usize, usize),
 ) {
     let kernels = crate::interpose::active();
     // SAFETY: checked by `product`.
@@ -734,13 +790,14 @@ unsafe fn compute_rows(
             let (i02, i03) = ((i12 / r2) as usize, (i13 / r3) as usize);
             let plane = (i12 + i13 * src1.ne[2]) as usize;
             // SAFETY: the weight plane holds `rows` rows of `stride` blocks (the last one `nb`), the quantized
-            // plane `cols` rows of `row_size` bytes in the work buffer; dst elements (r, c) of this plane lie
-            // inside dst, and this thread writes only rows r0..r1.
+            // plane `cols` rows of `row_size` bytes in the work buffer (this chunk's `c0..c1` of them); dst
+            // elements (r, c) of this plane lie inside dst, and this thread writes only rows r0..r1 of columns
+            // c0..c1.
             unsafe {
                 let w = (src0.data as *const u8)
                     .add(i02 * src0.nb[2] + i03 * src0.nb[3] + r0 * stride * bytes);
-                let q = (wdata as *const u8).add(plane * cols * prod.row_size);
-                let q = std::slice::from_raw_parts(q, cols * prod.row_size);
+                let q = (wdata as *const u8).add((plane * cols + c0) * prod.row_size);
+                let q = std::slice::from_raw_parts(q, (c1 - c0) * prod.row_size);
                 let act_nb = prod.row_size / prod.weights.act_block().1;
                 let out =
                     (dst.data as *mut u8).add(i12 as usize * dst.nb[2] + i13 as usize * dst.nb[3]);
@@ -751,7 +808,7 @@ unsafe fn compute_rows(
                     (nb, stride, r1 - r0),
                     (q, act_nb),
                     &mut |r, c, v| {
-                        *(out.add(c * col_bytes) as *mut f32).add(r0 + r) = v;
+                        *(out.add((c0 + c) * col_bytes) as *mut f32).add(r0 + r) = v;
                     },
                 );
             }
@@ -899,19 +956,12 @@ unsafe fn serve_expert(
 mod tests {
     use super::*;
 
-    /// Chunks and fixed shares each cover every row exactly once, in multiples of `ROW_ALIGN` but the last,
-    /// and a fixed share may be empty (few rows, many threads): the static path must then skip the kernels.
+    /// Fixed shares cover every row exactly once, in multiples of `ROW_ALIGN` but the last, and a share may be
+    /// empty (few rows, many threads): the static path must then skip the kernels.
     #[test]
-    fn row_chunks_and_shares_cover_every_row_once() {
-        for nth in 1..=16usize {
+    fn fixed_shares_cover_every_row_once() {
+        for nth in 1..=64usize {
             for rows in (1..=600).chain([4096, 4097, 12288, 151_669]) {
-                let per_chunk = chunk_rows(rows, nth);
-                assert!(per_chunk >= MIN_CHUNK_ROWS && per_chunk.is_multiple_of(ROW_ALIGN));
-                let chunks = rows.div_ceil(per_chunk);
-                assert!(
-                    chunks <= (CHUNKS_PER_THREAD * nth).max(1),
-                    "{rows} rows, {nth} threads"
-                );
                 let mut next = 0;
                 for ith in 0..nth {
                     let p = ComputeParams {
@@ -930,6 +980,61 @@ mod tests {
                     }
                 }
                 assert_eq!(next, rows, "{rows} rows, {nth} threads");
+            }
+        }
+    }
+
+    /// The chunks of `split` cover every element once; rows and columns are cut in whole multiples of their
+    /// alignment; every thread up to 64 gets a chunk wherever 16-row chunks allow it; and two threads on the
+    /// shapes of real models (at least 512 rows) keep the rows-only chunks of at least 64 rows.
+    #[test]
+    fn chunks_cover_every_element_once_and_go_round_the_threads() {
+        use std::collections::BTreeSet;
+        let shapes = (1..=300)
+            .step_by(7)
+            .chain([512, 1024, 2048, 4096, 4097, 6144, 12288, 151_669]);
+        for rows in shapes {
+            for cols in [1usize, 2, 7, 8, 33, 127, 128, 129, 512, 600] {
+                for nth in 1..=64usize {
+                    let what = format!("{rows} × {cols}, {nth} threads");
+                    let sp = split(rows, cols, nth);
+                    assert!(sp.rows_per.is_multiple_of(ROW_ALIGN), "{what}: {sp:?}");
+                    assert!(
+                        sp.cols_per == cols || sp.cols_per.is_multiple_of(COL_ALIGN),
+                        "{what}: {sp:?}"
+                    );
+                    // The chunks are a grid: distinct, and their row ranges and column ranges each tile
+                    // the whole span, so every element lies in exactly one.
+                    let (mut row_ranges, mut col_ranges) = (BTreeSet::new(), BTreeSet::new());
+                    let mut pairs = BTreeSet::new();
+                    for i in 0..sp.chunks {
+                        let ((r0, r1), (c0, c1)) = sp.chunk(i, rows, cols);
+                        assert!(
+                            r0 < r1 && r1 <= rows && c0 < c1 && c1 <= cols,
+                            "{what}: chunk {i}"
+                        );
+                        row_ranges.insert((r0, r1));
+                        col_ranges.insert((c0, c1));
+                        assert!(pairs.insert((r0, c0)), "{what}: chunk {i} again");
+                    }
+                    assert_eq!(pairs.len(), row_ranges.len() * col_ranges.len(), "{what}");
+                    for (ranges, span) in [(&row_ranges, rows), (&col_ranges, cols)] {
+                        let mut next = 0;
+                        for &(a, b) in ranges {
+                            assert_eq!(a, next, "{what}: {sp:?}");
+                            next = b;
+                        }
+                        assert_eq!(next, span, "{what}: {sp:?}");
+                    }
+                    if rows >= ROW_ALIGN * nth {
+                        assert!(sp.chunks >= nth, "{what}: {sp:?}");
+                    }
+                    if nth == 2 && rows >= 512 {
+                        assert_eq!(sp.cols_per, cols, "{what}");
+                        assert!(sp.rows_per >= MIN_CHUNK_ROWS, "{what}");
+                        assert!(sp.chunks <= CHUNKS_PER_THREAD * nth, "{what}");
+                    }
+                }
             }
         }
     }

@@ -354,3 +354,52 @@ fn moe_experts_go_through_the_tile_kernels_with_stock_text() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Many threads and wide batches: `tests/c/graph_host.c` over the pinned builds computes Q2_0, Q1_0, TQ2_0,
+/// TQ1_0 and IQ products of 96 rows against 1, 7, 33, 128 and 600 columns on 16 threads (haswell) and 3 (x64),
+/// where the hook cuts the columns as well as the rows (96 rows make two 64-row chunks, too few for the
+/// threads) and takes 16-row chunks for one column. Every product's bits are the build's alone, as dispatched
+/// and serving every format, and the hook took the whole products of every format it serves.
+#[test]
+fn many_threads_and_wide_batches_keep_the_builds_bits() {
+    let host = ggml_lowbit::ab::prebuilt::graph_host().expect("graph_host");
+    for (order, threads) in [
+        (ggml_lowbit::FloatOrder::Haswell, "16"),
+        (ggml_lowbit::FloatOrder::X64, "3"),
+    ] {
+        let stock = ggml_lowbit::stock::ensure_built(order).expect("stock build");
+        let run = |env: &[(&str, &str)], preload: bool| {
+            let mut cmd = Command::new(&host);
+            cmd.arg(stock.join("libggml-base.so"))
+                .arg(stock.join("libggml-cpu.so"))
+                .args([threads, "1,7,33,128,600"])
+                .env("LD_LIBRARY_PATH", &stock)
+                .envs(env.iter().copied());
+            if preload {
+                cmd.env("LD_PRELOAD", lib()).env("GGML_LOWBIT_LOG", "1");
+            }
+            let out = cmd.output().expect("run graph_host");
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+            assert!(out.status.success(), "{order:?} {env:?}: {stderr}");
+            (stdout, stderr)
+        };
+        let (alone, _) = run(&[], false);
+        assert_eq!(alone.lines().count(), 45, "{alone}");
+        for (env, formats) in [(&[][..], 1), (&[("GGML_LOWBIT_SERVE_ALL", "1")][..], 4)] {
+            let (ours, log) = run(env, true);
+            assert_eq!(ours, alone, "{order:?} {threads} threads {env:?}: {log}");
+            let products = log
+                .lines()
+                .find(|l| l.contains("whole MUL_MAT products through the tile kernels"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<usize>().ok())
+                .unwrap_or(0);
+            assert!(
+                products >= 5 * formats,
+                "{order:?} {env:?}: {products} whole products\n{log}"
+            );
+        }
+    }
+}

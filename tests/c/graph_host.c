@@ -4,7 +4,9 @@
  * backend's threads, and prints every result's bits as one hash per product, so that two runs (with and
  * without a preloaded library) can be compared line by line.
  *
- *   graph_host BASE MODULE THREADS    prints "TYPE ROWSxCOLS: HASH" per product; exit 1 on an error
+ *   graph_host BASE MODULE THREADS [COLS,COLS,...]
+ *                                     prints "TYPE ROWSxCOLS: HASH" per product, of 1, 7 and 33 columns or
+ *                                     the listed counts (at most 8); exit 1 on an error
  *   graph_host BASE MODULE THREADS TYPE K ROWS COLS REPS
  *                                     times one product (ggml type number TYPE, K × ROWS weights, COLS
  *                                     columns) REPS times after one warm-up and prints each time in µs */
@@ -66,7 +68,8 @@ static const struct {
 } types[] = {{42, "q2_0", false},   {41, "q1_0", false},   {35, "tq2_0", false},
              {34, "tq1_0", false},  {16, "iq2_xxs", true}, {17, "iq2_xs", true},
              {22, "iq2_s", true},   {18, "iq3_xxs", true}, {21, "iq3_s", true}};
-static const int64_t cols[] = {1, 7, 33};
+static int64_t cols[8] = {1, 7, 33};
+static size_t ncols_listed = 3;
 enum { K = 1024, ROWS = 96 };
 
 static double now_us(void) {
@@ -76,9 +79,20 @@ static double now_us(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4 && argc != 9) {
-        fprintf(stderr, "usage: graph_host BASE MODULE THREADS [TYPE K ROWS COLS REPS]\n");
+    if (argc != 4 && argc != 5 && argc != 9) {
+        fprintf(stderr, "usage: graph_host BASE MODULE THREADS [COLS,COLS,...|TYPE K ROWS COLS REPS]\n");
         return 1;
+    }
+    if (argc == 5) {
+        ncols_listed = 0;
+        for (char *p = argv[4], *end; *p; p = *end ? end + 1 : end) {
+            long v = strtol(p, &end, 10);
+            if (end == p || v < 1 || v > 4096 || ncols_listed == 8 || (*end && *end != ',')) {
+                fprintf(stderr, "graph_host: bad column list %s\n", argv[4]);
+                return 1;
+            }
+            cols[ncols_listed++] = v;
+        }
     }
     void *base = dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL);
     if (!base) {
@@ -156,8 +170,8 @@ int main(int argc, char **argv) {
     float *ones = malloc(sizeof(float) * K);
     for (int i = 0; i < K; i++) ones[i] = 1.0f;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
-            struct init_params params = {64u << 20, NULL, false};
+        for (size_t c = 0; c < ncols_listed; c++) {
+            struct init_params params = {(size_t) (K * ROWS + (K + ROWS) * cols[c]) * 4 + (16u << 20), NULL, false};
             void *ctx = init(params);
             void *a = new_tensor_2d(ctx, types[t].type, K, ROWS);
             void *b = new_tensor_2d(ctx, 0, K, cols[c]);
