@@ -391,11 +391,7 @@ fn many_threads_and_wide_batches_keep_the_builds_bits() {
         for (env, formats) in [(&[][..], 1), (&[("GGML_LOWBIT_SERVE_ALL", "1")][..], 4)] {
             let (ours, log) = run(env, true);
             assert_eq!(ours, alone, "{order:?} {threads} threads {env:?}: {log}");
-            let products = log
-                .lines()
-                .find(|l| l.contains("whole MUL_MAT products through the tile kernels"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<usize>().ok())
-                .unwrap_or(0);
+            let products = e2e::whole_products_in(&log);
             assert!(
                 products >= 5 * formats,
                 "{order:?} {env:?}: {products} whole products\n{log}"

@@ -400,14 +400,6 @@ fn over_prebuilt_builds_the_quantizers_keep_their_bits_nan_scales_included() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The whole products of the exit line ("N of them whole MUL_MAT products …"), 0 without one.
-fn whole_products(text: &str) -> u64 {
-    text.lines()
-        .find(|l| l.contains("whole MUL_MAT products through the tile kernels"))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Whole products over every prebuilt build, through the hook at `ggml_cpu_extra_compute_forward`:
 /// `tests/c/graph_host.c` computes MUL_MATs of Q2_0, Q1_0, TQ2_0, TQ1_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and
 /// IQ3_S weights against 1, 7 and 33 F32 columns with ggml's public API and the backend's two threads, and prints
@@ -475,7 +467,7 @@ fn over_prebuilt_builds_whole_products_go_through_the_hook_with_the_builds_bits(
                 assert_eq!(hashes(&text), hashes(&alone), "{what}: {text}");
                 let on = format!("mul_mat hook on (ggml {})", build.files().ggml);
                 assert!(text.contains(&on), "{what}: {text}");
-                let products = whole_products(&text);
+                let products = ggml_lowbit::ab::e2e::whole_products_in(&text);
                 if env.is_empty() {
                     // ggml ≥ 0.27.0's own AVX2 Q2_0 kernel keeps its products unless serving all.
                     let q2_0_served = !v.unmatched.contains(&Q2_0) && v.q2_0 != Q2_0_GGML_AVX2;
@@ -780,7 +772,7 @@ fn node_llama_cpp_itself_keeps_its_probabilities_and_text_with_the_library() {
         );
         assert!(served(&log) > 0, "{wtype}: {log}");
         if wtype == "q2_0" {
-            assert!(whole_products(&log) > 0, "{log}");
+            assert!(ggml_lowbit::ab::e2e::whole_products_in(&log) > 0, "{log}");
             let (wrong, log) = node(
                 &model,
                 &[("GGML_LOWBIT_MATCH", "x64"), ("GGML_LOWBIT_SERVE_ALL", "1")],
